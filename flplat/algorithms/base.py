@@ -1,0 +1,173 @@
+"""The strategy interface every algorithm implements, and the messages it exchanges with clients.
+
+The orchestrator owns the one round loop and asks the strategy, each round, to
+
+1. ``select`` the participating clients (uniform sampling of a fraction q by default; Power-of-Choice,
+   HACCS or FedCLS override it),
+2. ``plan`` each selected client's local work (start weights, extra loss terms, epochs, trainable part),
+3. ``aggregate`` the clients' results into the next :class:`~flplat.state.ServerState`,
+
+and for evaluation, ``eval_weights`` says which model a client would use (global, its cluster's, its own).
+Strategies never load data, pick devices, seed global RNGs or log: they receive a numpy ``Generator`` for
+their randomness and a :class:`FederationOps` handle for client-side computations they need (losses of
+candidate clients, cross-evaluation of models).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from flplat.state import ParamLayout, ServerState
+
+
+@dataclass
+class HookContext:
+    """What a local hook sees: the bare network, its flat layout and its parameters in layout order."""
+
+    net: nn.Module
+    layout: ParamLayout
+    params: list[torch.Tensor]
+
+    def param_views(self, vec: torch.Tensor) -> list[torch.Tensor]:
+        """Views of a flat vector shaped like ``params`` (e.g. the global model as a proximal centre)."""
+        views = self.layout.split(vec.to(self.params[0].device))
+        return [v for v, is_p in zip(views, self.layout.is_param) if is_p]
+
+
+class LocalHook:
+    """A change to a client's local objective or update, e.g. FedProx's proximal term.
+
+    ``setup`` runs once before the client trains; ``loss`` returns an extra term added to every batch loss
+    (or None); ``after_step`` runs after each optimizer step (e.g. DA-PFL's post-step correction).
+    """
+
+    def setup(self, ctx: HookContext) -> None:
+        return None
+
+    def loss(self, ctx: HookContext) -> torch.Tensor | None:
+        return None
+
+    def after_step(self, ctx: HookContext) -> None:
+        return None
+
+
+@dataclass
+class ClientPlan:
+    """What one client does this round."""
+
+    weights: torch.Tensor  # flat start weights
+    hooks: tuple[LocalHook, ...] = ()
+    epochs: int | None = None  # None: federation.local_epochs
+    lr: float | None = None  # None: federation.optimizer.lr
+    trainable: str = "all"  # all | features | head  (FedRep-style phases)
+    indices: np.ndarray | None = None  # train on these pool indices instead of the client's train split (CL)
+    extra_bytes_down: int = 0  # besides the weights (descriptors, centroids, ...)
+
+
+@dataclass
+class ClientResult:
+    client: int
+    weights: torch.Tensor  # flat weights after local training
+    num_samples: int
+    train_loss: float
+    num_steps: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    extra_bytes_up: int = 0
+
+
+@dataclass
+class EvalResult:
+    client: int
+    loss_sum: float
+    correct: int
+    num_samples: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.num_samples if self.num_samples else float("nan")
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / self.num_samples if self.num_samples else float("nan")
+
+
+class FederationOps(Protocol):
+    """Client-side computations a strategy may request (run by the client executor)."""
+
+    def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
+        """Score ``(client, weights)`` pairs on that client's ``split`` (train | val | test)."""
+        ...
+
+
+@dataclass
+class FederationInfo:
+    """What a strategy may know about the federation (sizes and the label counts clients report)."""
+
+    num_clients: int
+    num_classes: int
+    num_samples: np.ndarray  # (K,) train-split sizes
+    label_counts: np.ndarray  # (K, C) train-split label counts
+    client_fraction: float
+    local_epochs: int
+    layout: ParamLayout
+    all_train_indices: np.ndarray  # the union of the clients' train splits (centralized training)
+
+    @property
+    def num_params(self) -> int:
+        return self.layout.size
+
+
+@dataclass(frozen=True)
+class NoConfig:
+    """An algorithm without hyperparameters of its own."""
+
+
+class Strategy(ABC):
+    """Base class: override what differs from FedAvg-style single-model training."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type] = NoConfig
+    communicates: ClassVar[bool] = True  # False: no model traffic (local-only, centralized) -> 0 bytes logged
+
+    def __init__(self, cfg: Any, info: FederationInfo):
+        self.cfg = cfg
+        self.info = info
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def init_state(self, init_weights: torch.Tensor, rng: np.random.Generator, ops: FederationOps) -> ServerState:
+        return ServerState(weights=init_weights.clone())
+
+    def select(self, state: ServerState, rng: np.random.Generator, ops: FederationOps) -> np.ndarray:
+        return sample_uniform(self.info.num_clients, self.info.client_fraction, rng)
+
+    def plan(self, state: ServerState, client: int) -> ClientPlan:
+        return ClientPlan(weights=state.weights)
+
+    @abstractmethod
+    def aggregate(self, state: ServerState, results: list[ClientResult], ops: FederationOps) -> ServerState:
+        """Combine the round's client results into the next server state."""
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    def eval_weights(self, state: ServerState, client: int) -> torch.Tensor:
+        """The model client ``client`` would use now."""
+        return state.weights
+
+    def global_weights(self, state: ServerState) -> torch.Tensor | None:
+        """The single global model, if the method has one (scored on the pooled global test set)."""
+        return state.weights
+
+    def round_metrics(self, state: ServerState) -> dict[str, float]:
+        """Method-specific per-round metrics (e.g. ``tau``)."""
+        return {}
+
+
+def sample_uniform(num_clients: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """max(1, round(q·K)) clients uniformly without replacement, sorted."""
+    m = max(1, int(round(fraction * num_clients)))
+    return np.sort(rng.choice(num_clients, size=m, replace=False))

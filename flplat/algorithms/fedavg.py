@@ -1,0 +1,22 @@
+"""FedAvg — McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
+AISTATS 2017.
+
+Each round a fraction q of the K clients is sampled uniformly without replacement, each runs E local epochs
+from the global model w_t, and the server sets w_{t+1} = Σ_k (n_k / n) w_k^{t+1} over the sampled clients
+(n_k: local training-set size).
+"""
+
+from __future__ import annotations
+
+from flplat.aggregation import fedavg
+from flplat.algorithms import register
+from flplat.algorithms.base import Strategy
+
+
+@register
+class FedAvg(Strategy):
+    name = "fedavg"
+
+    def aggregate(self, state, results, ops):
+        state.weights = fedavg(results)
+        return state

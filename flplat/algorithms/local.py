@@ -1,0 +1,37 @@
+"""Local-only training: every client trains its own model on its own data and never communicates.
+
+The lower reference of personalised FL (PQFed's "local" baseline). Each round the sampled clients continue
+from their own previous model (the common initial model on their first round); each client is evaluated
+with its own model. No bytes are exchanged.
+"""
+
+from __future__ import annotations
+
+from flplat.algorithms import register
+from flplat.algorithms.base import ClientPlan, Strategy
+from flplat.state import ClientStore
+
+
+@register
+class LocalOnly(Strategy):
+    name = "local"
+    communicates = False
+
+    def init_state(self, init_weights, rng, ops):
+        state = super().init_state(init_weights, rng, ops)
+        state.personal = ClientStore(self.info.num_clients, self.info.num_params, default=state.weights)
+        return state
+
+    def plan(self, state, client):
+        return ClientPlan(weights=state.personal.get(client))
+
+    def aggregate(self, state, results, ops):
+        for r in results:
+            state.personal.set(r.client, r.weights)
+        return state
+
+    def eval_weights(self, state, client):
+        return state.personal.get(client)
+
+    def global_weights(self, state):
+        return None

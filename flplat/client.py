@@ -1,0 +1,181 @@
+"""Client-side training and evaluation: one LightningModule and one Fabric loop, reused for every client.
+
+The trainer holds a single network wrapped in :class:`ClientModule` (a LightningModule). For each client it
+loads the planned start weights into that network, clears the optimizer state (a fresh optimizer in effect),
+and runs the local epochs over in-memory tensors: a batch is ``x[idx]`` on the pooled data, so there is no
+DataLoader on the hot path. Fabric supplies the device, the precision (autocast / gradient scaling through
+``fabric.backward`` and its optimizer wrapper) and, later, the collectives; the network is never wrapped in
+DDP, because different processes train different clients.
+
+Randomness: each (round, client) gets its own derived seed for batch order and dropout, so a client's
+result does not depend on which other clients ran before it or in which process.
+
+Batches: the last batch of an epoch is merged into the previous one when it would hold a single sample
+(batch norm cannot train on one sample); otherwise batches are exactly ``batch_size`` with a smaller last one.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+from lightning.fabric import Fabric
+from torch import nn
+
+from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, HookContext, LocalHook
+from flplat.state import ParamLayout
+
+
+class ClientModule(L.LightningModule):
+    """A client's model: cross-entropy training step plus the plan's extra loss terms."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+        self.hooks: Sequence[LocalHook] = ()
+        self.hook_ctx: HookContext | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        for h in self.hooks:
+            extra = h.loss(self.hook_ctx)
+            if extra is not None:
+                loss = loss + extra
+        return loss
+
+
+def make_optimizer(name: str, params, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+def batch_bounds(n: int, batch_size: int) -> list[tuple[int, int]]:
+    """Batch [start, end) ranges covering n samples; a trailing single-sample batch joins the previous one."""
+    bounds = [(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] == 1:
+        bounds[-2] = (bounds[-2][0], n)
+        bounds.pop()
+    return bounds
+
+
+class ClientTrainer:
+    """Trains and evaluates clients with one reusable network through Lightning Fabric."""
+
+    def __init__(self, fabric: Fabric, net: nn.Module, x: torch.Tensor, y: torch.Tensor, optimizer_cfg,
+                 batch_size: int, local_epochs: int, eval_batch_size: int = 1024):
+        self.fabric = fabric
+        self.module = ClientModule(net)
+        self.module = fabric.strategy.precision.convert_module(self.module).to(fabric.device)
+        self.net = self.module.net
+        self.layout = ParamLayout(self.net)
+        self.params = [p for p in self.net.parameters()]
+        self.hook_ctx = HookContext(self.net, self.layout, self.params)
+        self.module.hook_ctx = self.hook_ctx
+        self.x = fabric.to_device(x)
+        self.y = fabric.to_device(y)
+        self.opt_cfg = optimizer_cfg
+        self.batch_size = batch_size
+        self.local_epochs = local_epochs
+        self.eval_batch_size = eval_batch_size
+        self._optimizers: dict[str, torch.optim.Optimizer] = {}
+        self._part_params = {
+            "all": self.params,
+            "features": list(net.features.parameters()) if hasattr(net, "features") else self.params,
+            "head": list(net.head.parameters()) if hasattr(net, "head") else self.params,
+        }
+
+    def initial_weights(self) -> torch.Tensor:
+        return self.layout.flatten()
+
+    def _optimizer(self, trainable: str, lr: float):
+        opt = self._optimizers.get(trainable)
+        if opt is None:
+            c = self.opt_cfg
+            raw = make_optimizer(c.name, self._part_params[trainable], c.lr, c.momentum, c.weight_decay)
+            opt = self._optimizers[trainable] = self.fabric.setup_optimizers(raw)
+        opt.optimizer.state.clear()  # fresh optimizer state for every client
+        for g in opt.param_groups:
+            g["lr"] = lr
+        return opt
+
+    def _set_trainable(self, trainable: str) -> None:
+        keep = {id(p) for p in self._part_params[trainable]}
+        for p in self.params:
+            p.requires_grad_(id(p) in keep)
+
+    def train(self, client: int, plan: ClientPlan, indices: np.ndarray, seed: int) -> ClientResult:
+        """Run one client's local epochs from ``plan.weights``; returns its new flat weights."""
+        if plan.trainable not in self._part_params:
+            raise ValueError(f"ClientPlan.trainable={plan.trainable!r}; choose all, features or head")
+        self.layout.load(plan.weights)
+        self._set_trainable(plan.trainable)
+        opt = self._optimizer(plan.trainable, plan.lr if plan.lr is not None else self.opt_cfg.lr)
+        module, fabric = self.module, self.fabric
+        module.hooks = plan.hooks
+        for h in plan.hooks:
+            h.setup(self.hook_ctx)
+        torch.manual_seed(seed)  # dropout and other in-model randomness of this client-round
+        gen = torch.Generator().manual_seed(seed)
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        n = len(idx)
+        epochs = plan.epochs if plan.epochs is not None else self.local_epochs
+        bounds = batch_bounds(n, self.batch_size)
+        module.train()
+        loss_sum = torch.zeros((), device=fabric.device)
+        steps = 0
+        for _ in range(epochs):
+            order = idx[torch.randperm(n, generator=gen)].to(fabric.device)
+            for a, b in bounds:
+                sel = order[a:b]
+                with fabric.autocast():
+                    loss = module.training_step((self.x[sel], self.y[sel]), steps)
+                opt.zero_grad(set_to_none=True)
+                fabric.backward(loss)
+                opt.step()
+                for h in plan.hooks:
+                    h.after_step(self.hook_ctx)
+                loss_sum += loss.detach().float()
+                steps += 1
+        module.hooks = ()
+        self._set_trainable("all")
+        mean_loss = (loss_sum / max(steps, 1)).item()
+        return ClientResult(client=client, weights=self.layout.flatten(), num_samples=n, train_loss=mean_loss,
+                            num_steps=steps)
+
+    def evaluate(self, client: int, weights: torch.Tensor | None, indices: np.ndarray) -> EvalResult:
+        """Score ``weights`` (None: the weights already loaded) on the pool rows ``indices``."""
+        idx = torch.as_tensor(indices, dtype=torch.long, device=self.fabric.device)
+        return self._score(client, weights, self.x, self.y, idx)
+
+    def evaluate_tensors(self, weights: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> EvalResult:
+        """Score ``weights`` on separate tensors (the pooled global test set)."""
+        return self._score(-1, weights, self.fabric.to_device(x), self.fabric.to_device(y), None)
+
+    @torch.no_grad()
+    def _score(self, client, weights, x, y, idx) -> EvalResult:
+        if weights is not None:
+            self.layout.load(weights)
+        self.module.eval()
+        n = len(idx) if idx is not None else len(y)
+        loss_sum = torch.zeros((), device=self.fabric.device)
+        correct = torch.zeros((), dtype=torch.long, device=self.fabric.device)
+        for a in range(0, n, self.eval_batch_size):
+            sel = idx[a:a + self.eval_batch_size] if idx is not None else slice(a, a + self.eval_batch_size)
+            with self.fabric.autocast():
+                logits = self.net(x[sel])
+            yb = y[sel]
+            loss_sum += F.cross_entropy(logits.float(), yb, reduction="sum")
+            correct += (logits.argmax(1) == yb).sum()
+        return EvalResult(client, float(loss_sum), int(correct), n)

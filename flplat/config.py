@@ -1,0 +1,249 @@
+"""Structured experiment configuration (OmegaConf) and its validation, in one place.
+
+An experiment config is an :class:`ExperimentConfig`. The ``algorithm`` and ``model`` sections are namespaced by
+name: their keys are checked against the ``Config`` dataclass registered under ``algorithm.name`` /
+``model.name``, so ``algorithm.mu`` is only valid when the algorithm defines ``mu``.
+
+Every invalid value raises :class:`ConfigError` with a one-line message that names the dotted key and the
+allowed values; the CLI turns it into exit status 2 before anything (an MLflow run, a file) is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is one line naming the key and what is allowed."""
+
+
+@dataclass
+class DataConfig:
+    """Which dataset to load and from where (see :mod:`flplat.data.datasets`)."""
+
+    name: str = "digits"
+    root: Optional[str] = None  # directory with the raw files; None: documented locations / $FLPLAT_DATA
+    download: bool = False  # let torchvision download when the files are not found locally
+    # `synthetic` only: a Gaussian-mixture classification task
+    synthetic_samples: int = 2000
+    synthetic_features: int = 20
+    synthetic_classes: int = 10
+    synthetic_separation: float = 2.0
+
+
+@dataclass
+class PartitionConfig:
+    """How the training pool is dealt to clients (see :mod:`flplat.data.partitions`)."""
+
+    name: str = "dirichlet"  # iid | dirichlet | similarity
+    num_clients: int = 10
+    alpha: float = 0.3  # dirichlet concentration
+    similarity: float = 0.5  # S of the Similarity protocol: the IID share of the data
+    min_samples: int = 10  # dirichlet: redraw while a client holds fewer samples
+    max_retries: int = 100  # dirichlet: give up (with an error) after this many redraws
+    # per-client local splits (fractions of each client's data; they must sum to 1)
+    train_fraction: float = 0.8
+    val_fraction: float = 0.0
+    test_fraction: float = 0.2
+
+
+@dataclass
+class OptimizerConfig:
+    """Client optimizer (fresh state for every client and round)."""
+
+    name: str = "adam"  # adam | sgd | adamw
+    lr: float = 1e-3
+    momentum: float = 0.0  # sgd only
+    weight_decay: float = 0.0
+
+
+@dataclass
+class FederationConfig:
+    """The round loop: T rounds, client fraction q, E local epochs."""
+
+    rounds: int = 10
+    client_fraction: float = 0.5
+    local_epochs: int = 1
+    batch_size: int = 32
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    eval_every: int = 1  # evaluate every client each n rounds (the last round always)
+    eval_batch_size: int = 1024
+
+
+@dataclass
+class FabricConfig:
+    """Lightning Fabric settings: where and at which precision clients train."""
+
+    accelerator: str = "cpu"  # cpu | cuda | gpu | mps | auto
+    devices: Any = 1
+    num_nodes: int = 1
+    precision: str = "32-true"  # 32-true | bf16-mixed | 16-mixed | bf16-true | 64-true
+    num_threads: int = 0  # torch intra-op threads; 0 leaves torch's default
+
+
+@dataclass
+class TrackingConfig:
+    """MLflow tracking. ``uri`` None: $MLFLOW_TRACKING_URI, else a SQLite store in ``mlruns/``."""
+
+    enabled: bool = True
+    uri: Optional[str] = None
+    experiment: str = "flplat"
+    run_name: Optional[str] = None
+    store_dir: str = "mlruns"
+    plots: bool = True
+
+
+@dataclass
+class ExperimentConfig:
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    model: Any = field(default_factory=lambda: {"name": "mlp"})
+    algorithm: Any = field(default_factory=lambda: {"name": "fedavg"})
+    federation: FederationConfig = field(default_factory=FederationConfig)
+    fabric: FabricConfig = field(default_factory=FabricConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
+ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
+OPTIMIZERS = ("adam", "adamw", "sgd")
+
+
+def _choice(key: str, value: str, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(sorted(allowed))}")
+
+
+def _check(cond: bool, key: str, value, allowed: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}={value!r} is out of range; allowed: {allowed}")
+
+
+def _namespaced(section: str, registry: dict, raw: Any) -> DictConfig:
+    """Validate a ``{name: ..., **params}`` section against the registered entry's Config dataclass."""
+    raw = OmegaConf.to_container(raw) if isinstance(raw, DictConfig) else dict(raw or {})
+    name = raw.get("name")
+    if name not in registry:
+        raise ConfigError(f"{section}.name={name!r} is not valid; choose one of: {', '.join(sorted(registry))}")
+    schema_cls = registry[name].Config
+    schema = OmegaConf.structured(schema_cls)
+    params = {k: v for k, v in raw.items() if k != "name"}
+    unknown = sorted(set(params) - {f.name for f in dataclasses.fields(schema_cls)})
+    if unknown:
+        known = ", ".join(f.name for f in dataclasses.fields(schema_cls)) or "(none)"
+        raise ConfigError(f"unknown key {section}.{unknown[0]} for {section} {name!r}; valid keys: name, {known}")
+    try:
+        merged = OmegaConf.merge(schema, params)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{section}.{getattr(e, 'full_key', '') or ''}: {_first_line(e)}") from None
+    out = OmegaConf.create({"name": name, **OmegaConf.to_container(merged)})
+    check = getattr(registry[name], "validate_config", None)
+    if check is not None:
+        check(merged, section)
+    return out
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def load_config(path: Optional[str | Path] = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
+    """Build the validated config from an optional YAML file plus ``dotted.key=value`` overrides."""
+    base = OmegaConf.structured(ExperimentConfig)
+    layers = []
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist; pass a YAML file such as configs/quickstart.yaml")
+        try:
+            layers.append(OmegaConf.load(p))
+        except Exception as e:  # yaml errors
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {_first_line(e)}") from None
+    for o in overrides:
+        if "=" not in o:
+            raise ConfigError(f"override {o!r} must look like dotted.key=value")
+    try:
+        layers.append(OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.merge(base, *layers)
+    except (ConfigKeyError, ConfigAttributeError) as e:
+        key = getattr(e, "full_key", None) or _first_line(e)
+        raise ConfigError(f"unknown config key {key!r}; see `flplat run --help` or configs/quickstart.yaml for valid keys") from None
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"{key}: {_first_line(e)}" if key else _first_line(e)) from None
+    return validate(cfg)
+
+
+def validate(cfg: DictConfig) -> DictConfig:
+    """Check every value; return the config with the namespaced sections resolved to their full schemas."""
+    from flplat.algorithms import ALGORITHMS
+    from flplat.data.datasets import DATASETS
+    from flplat.data.partitions import PARTITIONS
+    from flplat.models import MODELS
+
+    _choice("data.name", cfg.data.name, DATASETS)
+    d = cfg.data
+    _check(d.synthetic_samples >= 2, "data.synthetic_samples", d.synthetic_samples, "an integer >= 2")
+    _check(d.synthetic_features >= 1, "data.synthetic_features", d.synthetic_features, "an integer >= 1")
+    _check(d.synthetic_classes >= 2, "data.synthetic_classes", d.synthetic_classes, "an integer >= 2")
+    _check(d.synthetic_separation >= 0, "data.synthetic_separation", d.synthetic_separation, "a number >= 0")
+
+    p = cfg.partition
+    _choice("partition.name", p.name, PARTITIONS)
+    _check(p.num_clients >= 1, "partition.num_clients", p.num_clients, "an integer >= 1")
+    _check(p.alpha > 0 and math.isfinite(p.alpha), "partition.alpha", p.alpha, "a finite number > 0")
+    _check(0.0 <= p.similarity <= 1.0, "partition.similarity", p.similarity, "a number in [0, 1]")
+    _check(p.min_samples >= 1, "partition.min_samples", p.min_samples, "an integer >= 1")
+    _check(p.max_retries >= 1, "partition.max_retries", p.max_retries, "an integer >= 1")
+    for k in ("train_fraction", "val_fraction", "test_fraction"):
+        _check(0.0 <= p[k] <= 1.0, f"partition.{k}", p[k], "a number in [0, 1]")
+    total = p.train_fraction + p.val_fraction + p.test_fraction
+    _check(abs(total - 1.0) < 1e-6, "partition.train_fraction+val_fraction+test_fraction", round(total, 6), "fractions summing to 1")
+    _check(p.train_fraction > 0, "partition.train_fraction", p.train_fraction, "a number in (0, 1]")
+
+    f = cfg.federation
+    _check(f.rounds >= 1, "federation.rounds", f.rounds, "an integer >= 1")
+    _check(0.0 < f.client_fraction <= 1.0, "federation.client_fraction", f.client_fraction, "a number in (0, 1]")
+    _check(f.local_epochs >= 1, "federation.local_epochs", f.local_epochs, "an integer >= 1")
+    _check(f.batch_size >= 1, "federation.batch_size", f.batch_size, "an integer >= 1")
+    _check(f.eval_every >= 1, "federation.eval_every", f.eval_every, "an integer >= 1")
+    _check(f.eval_batch_size >= 1, "federation.eval_batch_size", f.eval_batch_size, "an integer >= 1")
+    _choice("federation.optimizer.name", f.optimizer.name, OPTIMIZERS)
+    _check(f.optimizer.lr > 0, "federation.optimizer.lr", f.optimizer.lr, "a number > 0")
+    _check(0.0 <= f.optimizer.momentum < 1.0, "federation.optimizer.momentum", f.optimizer.momentum, "a number in [0, 1)")
+    _check(f.optimizer.weight_decay >= 0, "federation.optimizer.weight_decay", f.optimizer.weight_decay, "a number >= 0")
+
+    fb = cfg.fabric
+    _choice("fabric.accelerator", fb.accelerator, ACCELERATORS)
+    _choice("fabric.precision", str(fb.precision), PRECISIONS)
+    _check(fb.num_nodes >= 1, "fabric.num_nodes", fb.num_nodes, "an integer >= 1")
+    _check(fb.num_threads >= 0, "fabric.num_threads", fb.num_threads, "an integer >= 0 (0: torch's default)")
+
+    cfg.model = _namespaced("model", MODELS, cfg.model)
+    cfg.algorithm = _namespaced("algorithm", ALGORITHMS, cfg.algorithm)
+    return cfg
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def flatten(cfg: DictConfig | dict, prefix: str = "") -> dict[str, Any]:
+    """Flatten to ``{"dotted.key": value}`` (MLflow params, tables)."""
+    d = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

@@ -1,0 +1,1 @@
+"""Datasets, partitions and the in-memory federation."""

@@ -1,0 +1,84 @@
+"""In-memory data containers shared by datasets, partitions and the orchestrator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Dataset:
+    """A whole dataset held in memory as tensors.
+
+    ``x_train``/``y_train`` form the pool that partitions deal to clients; ``x_test``/``y_test`` is the official
+    test set when the dataset has one (used as the pooled global test set), else ``None``.
+    """
+
+    name: str
+    x_train: torch.Tensor  # float32, (N, *input_shape)
+    y_train: torch.Tensor  # int64, (N,)
+    num_classes: int
+    x_test: torch.Tensor | None = None
+    y_test: torch.Tensor | None = None
+    class_names: list[str] | None = None
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+@dataclass
+class ClientSplit:
+    """Indices (into the partitioned pool) of one client's local train / validation / test splits."""
+
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+
+    def all(self) -> np.ndarray:
+        return np.concatenate([self.train, self.val, self.test])
+
+
+@dataclass
+class FederatedData:
+    """The partitioned federation: one pool of tensors plus each client's index splits.
+
+    Clients never hold copies: a client's batch is ``x[idx]`` on the pooled tensor, so the hot path needs no
+    DataLoader. ``x_global_test`` is the pooled global test set (the official test set) when there is one.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    num_classes: int
+    clients: list[ClientSplit]
+    x_global_test: torch.Tensor | None = None
+    y_global_test: torch.Tensor | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x.shape[1:])
+
+    def indices(self, client: int, split: str) -> np.ndarray:
+        """Pool indices of a client's ``train`` | ``val`` | ``test`` split, or ``all`` of its data."""
+        c = self.clients[client]
+        return c.all() if split == "all" else getattr(c, split)
+
+    def num_samples(self, split: str = "train") -> np.ndarray:
+        return np.array([len(self.indices(k, split)) for k in range(self.num_clients)], dtype=np.int64)
+
+    def label_counts(self, split: str = "train") -> np.ndarray:
+        """(K, C) matrix of per-client label counts on a split (what clients report to the server)."""
+        y = self.y.numpy() if isinstance(self.y, torch.Tensor) else np.asarray(self.y)
+        out = np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
+        for k in range(self.num_clients):
+            idx = self.indices(k, split)
+            if len(idx):
+                out[k] = np.bincount(y[idx], minlength=self.num_classes)
+        return out

@@ -1,0 +1,450 @@
+"""Dataset registry: every dataset is loaded whole into memory as tensors (:class:`~flplat.data.base.Dataset`).
+
+``x`` is float32 shaped ``(N, C, H, W)`` for images and ``(N, F)`` for tabular data; ``y`` is int64. Image pixels
+are scaled to [0, 1] and then standardised per channel with the fixed constants in :data:`NORMALIZATION`.
+
+Sources
+-------
+``digits``
+    scikit-learn's bundled ``load_digits`` (1,797 8x8 grey images, 10 classes; pixels 0..16, divided by 16).
+    No official test set.
+``mnist`` / ``fmnist``
+    The four IDX files under their standard names (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+    ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``), gzip-compressed (``.gz``) or not, read by the small
+    numpy IDX parser :func:`read_idx`. 60,000 train + 10,000 test 28x28 images, 10 classes.
+``cifar10`` / ``cifar100``
+    The python-pickle batches of the official archives, as torchvision unpacks them: ``cifar-10-batches-py/``
+    (``data_batch_1`` .. ``data_batch_5``, ``test_batch``, ``batches.meta``) and ``cifar-100-python/``
+    (``train``, ``test``, ``meta``; the 100 fine labels). Read with pickle + numpy through an unpickler that only
+    admits numpy arrays, so torchvision is not needed to read them. 50,000 train + 10,000 test 32x32 RGB images.
+``synthetic``
+    A Gaussian mixture generated from ``data.synthetic_*`` and the experiment seed (see :func:`load_synthetic`).
+
+Lookup order (files on disk)
+----------------------------
+A directory is used when it holds every file the dataset needs; the first such directory wins:
+
+1. ``data.root`` when set: the directory holding the files itself, or its torchvision layout
+   (``<root>/MNIST/raw``, ``<root>/FashionMNIST/raw``, ``<root>/cifar-10-batches-py``, ``<root>/cifar-100-python``);
+2. ``$FLPLAT_DATA``, with the same two layouts;
+3. ``../shared/data/<layout>`` relative to the current working directory;
+4. ``../shared/data/<layout>`` relative to the repository root (the parent of the ``flplat`` package directory);
+5. ``fmnist`` only: ``/usr/share/datasets/fashion-mnist/`` (Debian's ``dataset-fashion-mnist`` package, gzip files
+   under the standard names);
+6. ``~/.cache/flplat/<layout>`` (where downloads go when ``data.root`` is unset).
+
+Only when none of them has the files and ``data.download`` is true does torchvision download them (into
+``data.root``, else ``~/.cache/flplat``); a download is never attempted when the files are present. Otherwise
+:class:`DataUnavailableError` names every directory looked in and how to provide the files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from flplat.config import ConfigError, DataConfig
+from flplat.data.base import Dataset
+
+__all__ = [
+    "DATASETS",
+    "NORMALIZATION",
+    "DataFormatError",
+    "DataUnavailableError",
+    "load_cifar",
+    "load_dataset",
+    "load_digits",
+    "load_idx_dataset",
+    "load_synthetic",
+    "read_idx",
+    "register_dataset",
+]
+
+
+class DataUnavailableError(ConfigError):
+    """The dataset's files are not on disk (and downloading is off or failed); the message is one line."""
+
+
+class DataFormatError(ConfigError):
+    """A dataset file exists but is not in the expected format; the message names the file."""
+
+
+DatasetLoader = Callable[[DataConfig, int], Dataset]
+DATASETS: dict[str, DatasetLoader] = {}
+
+#: Per-channel (mean, std) applied after scaling pixels to [0, 1]: ``x = (x / max - mean) / std``.
+#: digits: computed over all 1,797 images / 16; mnist, fmnist, cifar10, cifar100: the usual statistics of the
+#: official training sets (as used throughout the literature).
+NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "digits": ((0.3053,), (0.3760,)),
+    "mnist": ((0.1307,), (0.3081,)),
+    "fmnist": ((0.2860,), (0.3530,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+
+ENV_VAR = "FLPLAT_DATA"
+#: ``<repo>/../shared/data``; module attributes so that tests can point them elsewhere.
+REPO_SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+CACHE_DIR = Path.home() / ".cache" / "flplat"
+DEBIAN_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+FMNIST_CLASSES = [
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+]
+# name -> (torchvision layout sub-directory, number of classes)
+_IDX_LAYOUT = {"mnist": ("MNIST/raw", 10), "fmnist": ("FashionMNIST/raw", 10)}
+# name -> (torchvision layout sub-directory, train files, test file, meta file, label key, class-name key, classes)
+_CIFAR_LAYOUT: dict[str, tuple[str, tuple[str, ...], str, str, str, str, int]] = {
+    "cifar10": (
+        "cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta",
+        "labels", "label_names", 10,
+    ),
+    "cifar100": ("cifar-100-python", ("train",), "test", "meta", "fine_labels", "fine_label_names", 100),
+}
+
+
+# --------------------------------------------------------------------------------------------------- registry
+
+
+def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
+    """Decorator: register ``fn(cfg: DataConfig, seed: int) -> Dataset`` under ``name`` in :data:`DATASETS`."""
+
+    def deco(fn: DatasetLoader) -> DatasetLoader:
+        if name in DATASETS:
+            raise ValueError(f"dataset {name!r} is already registered")
+        DATASETS[name] = fn
+        return fn
+
+    return deco
+
+
+def load_dataset(cfg: DataConfig, seed: int) -> Dataset:
+    """Load the dataset named ``cfg.name``; raises :class:`ConfigError` (listing valid names) for an unknown name."""
+    if cfg.name not in DATASETS:
+        raise ConfigError(f"data.name={cfg.name!r} is not valid; choose one of: {', '.join(sorted(DATASETS))}")
+    return DATASETS[cfg.name](cfg, seed)
+
+
+# ----------------------------------------------------------------------------------------------- tensor helpers
+
+
+def _standardise(pixels: np.ndarray, max_value: float, name: str) -> torch.Tensor:
+    """uint/float pixels (N, C, H, W) -> float32 tensor scaled to [0, 1] and standardised per channel."""
+    mean, std = (np.asarray(v, dtype=np.float32).reshape(1, -1, 1, 1) for v in NORMALIZATION[name])
+    x = pixels.astype(np.float32) / np.float32(max_value)
+    return torch.from_numpy(np.ascontiguousarray((x - mean) / std, dtype=np.float32))
+
+
+def _labels(y: Iterable[int] | np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(y, dtype=np.int64).copy())
+
+
+# ------------------------------------------------------------------------------------------------------ digits
+
+
+@register_dataset("digits")
+def load_digits(cfg: DataConfig, seed: int) -> Dataset:
+    """scikit-learn's bundled 8x8 digits: x (1797, 1, 8, 8), 10 classes, no official test set."""
+    from sklearn.datasets import load_digits as sk_load_digits
+
+    bunch = sk_load_digits()
+    images = np.asarray(bunch.images)[:, None, :, :]
+    return Dataset(
+        name="digits",
+        x_train=_standardise(images, 16.0, "digits"),
+        y_train=_labels(bunch.target),
+        num_classes=10,
+        class_names=[str(i) for i in range(10)],
+    )
+
+
+# --------------------------------------------------------------------------------------------------- synthetic
+
+
+@register_dataset("synthetic")
+def load_synthetic(cfg: DataConfig, seed: int) -> Dataset:
+    """A Gaussian-mixture classification task, deterministic in ``seed``.
+
+    Class means are drawn from ``N(0, separation^2 I)`` in ``synthetic_features`` dimensions and every sample is
+    its class mean plus ``N(0, I)`` noise, so ``separation`` is measured in noise standard deviations. Labels are
+    balanced (class ``i % C``, shuffled). ``synthetic_samples`` samples form the train pool; an extra 20%
+    (at least one) form the official test set. Features are not rescaled.
+    """
+    n, f, c = int(cfg.synthetic_samples), int(cfg.synthetic_features), int(cfg.synthetic_classes)
+    n_test = max(1, round(0.2 * n))
+    rng = np.random.default_rng(seed)
+    means = rng.normal(0.0, float(cfg.synthetic_separation), size=(c, f))
+    y = rng.permutation(np.arange(n + n_test) % c)
+    x = (means[y] + rng.standard_normal((n + n_test, f))).astype(np.float32)
+    return Dataset(
+        name="synthetic",
+        x_train=torch.from_numpy(x[:n].copy()),
+        y_train=_labels(y[:n]),
+        num_classes=c,
+        x_test=torch.from_numpy(x[n:].copy()),
+        y_test=_labels(y[n:]),
+        class_names=[f"class_{i}" for i in range(c)],
+    )
+
+
+# ---------------------------------------------------------------------------------------------- directory lookup
+
+
+def _with_layout(base: Path, layout: str) -> list[Path]:
+    """A user-given directory: the files may sit in it directly or in its torchvision layout sub-directory."""
+    return [base, base / layout]
+
+
+def _candidate_dirs(cfg: DataConfig, layout: str, extra: Iterable[Path] = ()) -> list[Path]:
+    """Directories to search, in the documented order, without duplicates."""
+    dirs: list[Path] = []
+    if cfg.root:
+        dirs += _with_layout(Path(str(cfg.root)).expanduser(), layout)
+    env = os.environ.get(ENV_VAR)
+    if env:
+        dirs += _with_layout(Path(env).expanduser(), layout)
+    dirs.append(Path.cwd().parent / "shared" / "data" / layout)
+    dirs.append(REPO_SHARED_DATA / layout)
+    dirs += list(extra)
+    dirs.append(CACHE_DIR / layout)
+    unique: list[Path] = []
+    for d in dirs:
+        d = Path(os.path.abspath(d))
+        if d not in unique:
+            unique.append(d)
+    return unique
+
+
+def _download_root(cfg: DataConfig) -> Path:
+    return Path(str(cfg.root)).expanduser() if cfg.root else CACHE_DIR
+
+
+def _torchvision_download(name: str, root: Path) -> None:
+    """Let torchvision download ``name`` into ``root`` (torchvision layout). Only called when files are absent."""
+    try:
+        from torchvision import datasets as tvd
+    except ImportError:
+        raise DataUnavailableError(f"cannot download {name}: torchvision is not installed") from None
+    cls = {"mnist": tvd.MNIST, "fmnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100}[name]
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        cls(str(root), train=True, download=True)
+    except Exception as e:  # network errors, bad archives, ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataUnavailableError(f"downloading {name} into {root} failed: {first}") from None
+
+
+def _missing_message(name: str, looked: list[Path], needed: str) -> str:
+    how = f"set data.root=DIR or ${ENV_VAR}=DIR to a directory holding them"
+    if name == "fmnist":
+        how += ", run `apt-get install dataset-fashion-mnist`"
+    how += ", or set data.download=true to let torchvision download them"
+    return f"{name} data not found (need {needed}); looked in: {', '.join(map(str, looked))}; to fix: {how}"
+
+
+def _locate(
+    cfg: DataConfig, name: str, layout: str, find: Callable[[Path], Any], needed: str, extra: Iterable[Path] = ()
+) -> Any:
+    """First directory where ``find`` succeeds; else download (if allowed) or raise DataUnavailableError."""
+    looked = _candidate_dirs(cfg, layout, extra)
+    for d in looked:
+        found = find(d)
+        if found is not None:
+            return found
+    if not cfg.download:
+        raise DataUnavailableError(_missing_message(name, looked, needed))
+    root = _download_root(cfg)
+    _torchvision_download(name, root)
+    found = find(root / layout)
+    if found is None:
+        raise DataUnavailableError(f"{name}: the download finished but {needed} are not in {root / layout}")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------- IDX
+
+# IDX type byte -> big-endian numpy dtype
+_IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def _read_bytes(path: Path) -> bytes:
+    """File contents, gunzipped when the file is gzip-compressed (detected by its magic bytes)."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+    opener = gzip.open if head == b"\x1f\x8b" else open
+    try:
+        with opener(path, "rb") as fh:
+            return fh.read()
+    except (OSError, EOFError) as e:
+        raise DataFormatError(f"cannot read {path}: {e}") from None
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Parse an IDX file (gzip or raw): magic ``00 00 <type> <ndim>``, ``ndim`` big-endian uint32 dims, then data.
+
+    Returns an array in native byte order with the file's shape; raises :class:`DataFormatError` when the header or
+    the payload size is wrong.
+    """
+    path = Path(path)
+    raw = _read_bytes(path)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES or raw[3] == 0:
+        raise DataFormatError(f"{path} is not an IDX file (bad magic number {raw[:4].hex() or 'empty'})")
+    dtype, ndim = np.dtype(_IDX_DTYPES[raw[2]]), raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataFormatError(f"{path}: truncated IDX header")
+    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    if len(raw) - header != expected:
+        raise DataFormatError(f"{path}: IDX dims {dims} need {expected} data bytes, file has {len(raw) - header}")
+    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims).astype(dtype.newbyteorder("="))
+
+
+def _find_idx_files(d: Path) -> dict[str, Path] | None:
+    """Map each standard IDX stem to its file in ``d`` (raw preferred over ``.gz``); None unless all four exist."""
+    out: dict[str, Path] = {}
+    for stem in IDX_FILES:
+        dotted = stem.replace("-idx", ".idx")  # the original distribution's "train-images.idx3-ubyte" spelling
+        names = (stem, f"{stem}.gz", dotted, f"{dotted}.gz")
+        path = next((d / n for n in names if (d / n).is_file()), None)
+        if path is None:
+            return None
+        out[stem] = path
+    return out
+
+
+def _read_idx_split(files: dict[str, Path], prefix: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    img_path, lab_path = files[f"{prefix}-images-idx3-ubyte"], files[f"{prefix}-labels-idx1-ubyte"]
+    images, labels = read_idx(img_path), read_idx(lab_path)
+    if images.ndim != 3:
+        raise DataFormatError(f"{img_path}: expected 3 dims (N, H, W), got shape {images.shape}")
+    if labels.ndim != 1 or len(labels) != len(images):
+        raise DataFormatError(f"{lab_path}: expected {len(images)} labels, got shape {labels.shape}")
+    if len(labels) and (labels.min() < 0 or labels.max() >= num_classes):
+        raise DataFormatError(f"{lab_path}: labels outside 0..{num_classes - 1}")
+    return images[:, None, :, :], labels
+
+
+def load_idx_dataset(cfg: DataConfig, name: str) -> Dataset:
+    """Load ``mnist`` or ``fmnist`` from IDX files found by the documented lookup (downloading only if allowed)."""
+    layout, num_classes = _IDX_LAYOUT[name]
+    extra = [DEBIAN_FMNIST_DIR] if name == "fmnist" else []
+    needed = ", ".join(f"{s}[.gz]" for s in IDX_FILES)
+    files = _locate(cfg, name, layout, _find_idx_files, needed, extra)
+    x_train, y_train = _read_idx_split(files, "train", num_classes)
+    x_test, y_test = _read_idx_split(files, "t10k", num_classes)
+    return Dataset(
+        name=name,
+        x_train=_standardise(x_train, 255.0, name),
+        y_train=_labels(y_train),
+        num_classes=num_classes,
+        x_test=_standardise(x_test, 255.0, name),
+        y_test=_labels(y_test),
+        class_names=FMNIST_CLASSES if name == "fmnist" else [str(i) for i in range(10)],
+    )
+
+
+@register_dataset("mnist")
+def load_mnist(cfg: DataConfig, seed: int) -> Dataset:
+    """MNIST digits: x (60000, 1, 28, 28) + official test set (10000, 1, 28, 28), 10 classes."""
+    return load_idx_dataset(cfg, "mnist")
+
+
+@register_dataset("fmnist")
+def load_fmnist(cfg: DataConfig, seed: int) -> Dataset:
+    """Fashion-MNIST: x (60000, 1, 28, 28) + official test set (10000, 1, 28, 28), 10 classes."""
+    return load_idx_dataset(cfg, "fmnist")
+
+
+# -------------------------------------------------------------------------------------------------------- CIFAR
+
+
+class _NumpyUnpickler(pickle.Unpickler):
+    """Unpickler admitting only what CIFAR batches contain (dicts, lists, strings and numpy arrays)."""
+
+    _ALLOWED = {
+        ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a CIFAR batch")
+        if module.startswith("numpy.core.") and hasattr(np, "_core"):
+            module = "numpy._core." + module[len("numpy.core."):]  # numpy >= 2 moved numpy.core
+        return super().find_class(module, name)
+
+
+def _read_pickle(path: Path) -> dict[str, Any]:
+    """A CIFAR pickle (written by Python 2: latin1 strings) as a dict with ``str`` keys."""
+    try:
+        with open(path, "rb") as fh:
+            obj = _NumpyUnpickler(fh, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
+        raise DataFormatError(f"cannot read CIFAR pickle {path}: {e}") from None
+    if not isinstance(obj, dict):
+        raise DataFormatError(f"{path}: expected a pickled dict, got {type(obj).__name__}")
+    return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in obj.items()}
+
+
+def _cifar_files(d: Path, files: tuple[str, ...]) -> Path | None:
+    return d if all((d / f).is_file() for f in files) else None
+
+
+def _read_cifar_batches(d: Path, names: Iterable[str], label_key: str) -> tuple[np.ndarray, np.ndarray]:
+    xs, ys = [], []
+    for name in names:
+        batch = _read_pickle(d / name)
+        if "data" not in batch or label_key not in batch:
+            raise DataFormatError(f"{d / name}: missing 'data' or {label_key!r}")
+        data = np.asarray(batch["data"], dtype=np.uint8)
+        if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(data) != len(batch[label_key]):
+            raise DataFormatError(f"{d / name}: expected (N, 3072) uint8 data with N labels, got {data.shape}")
+        xs.append(data.reshape(-1, 3, 32, 32))
+        ys.append(np.asarray(batch[label_key], dtype=np.int64))
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def load_cifar(cfg: DataConfig, name: str) -> Dataset:
+    """Load ``cifar10`` or ``cifar100`` from the torchvision-unpacked pickle batches (downloading only if allowed)."""
+    layout, train_files, test_file, meta_file, label_key, names_key, num_classes = _CIFAR_LAYOUT[name]
+    needed_files = (*train_files, test_file, meta_file)
+    d = _locate(cfg, name, layout, lambda p: _cifar_files(p, needed_files), ", ".join(needed_files))
+    x_train, y_train = _read_cifar_batches(d, train_files, label_key)
+    x_test, y_test = _read_cifar_batches(d, [test_file], label_key)
+    for path, y in ((d / train_files[0], y_train), (d / test_file, y_test)):
+        if len(y) and (y.min() < 0 or y.max() >= num_classes):
+            raise DataFormatError(f"{path}: labels outside 0..{num_classes - 1}")
+    class_names = [str(c) for c in _read_pickle(d / meta_file).get(names_key, [])] or None
+    return Dataset(
+        name=name,
+        x_train=_standardise(x_train, 255.0, name),
+        y_train=_labels(y_train),
+        num_classes=num_classes,
+        x_test=_standardise(x_test, 255.0, name),
+        y_test=_labels(y_test),
+        class_names=class_names,
+    )
+
+
+@register_dataset("cifar10")
+def load_cifar10(cfg: DataConfig, seed: int) -> Dataset:
+    """CIFAR-10: x (50000, 3, 32, 32) + official test set (10000, 3, 32, 32), 10 classes."""
+    return load_cifar(cfg, "cifar10")
+
+
+@register_dataset("cifar100")
+def load_cifar100(cfg: DataConfig, seed: int) -> Dataset:
+    """CIFAR-100 (fine labels): x (50000, 3, 32, 32) + official test set (10000, 3, 32, 32), 100 classes."""
+    return load_cifar(cfg, "cifar100")

@@ -1,0 +1,133 @@
+"""Assemble and run one experiment from a validated config.
+
+Everything that can fail because of the input (data files, an infeasible partition, a precision the device
+lacks) happens in :func:`prepare`, before any MLflow run exists; :func:`run` then trains and tracks.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from flplat.algorithms import ALGORITHMS
+from flplat.algorithms.base import FederationInfo, Strategy
+from flplat.client import ClientTrainer
+from flplat.config import ConfigError, flatten, to_yaml
+from flplat.data.base import FederatedData
+from flplat.data.datasets import load_dataset
+from flplat.data.partitions import build_federation
+from flplat.metrics.noniid import noniid_summary
+from flplat.models import build_model
+from flplat.orchestrator import Callback, LocalExecutor, Orchestrator, RunSummary
+from flplat.state import derive_seed
+
+log = logging.getLogger("flplat")
+
+
+def build_fabric(fcfg):
+    """A Lightning Fabric for one process; sharding over several processes comes with the sharded executor."""
+    from lightning.fabric import Fabric
+
+    if fcfg.num_threads > 0:
+        torch.set_num_threads(fcfg.num_threads)
+    devices = fcfg.devices
+    if str(devices) not in ("1", "auto") or fcfg.num_nodes != 1:
+        raise ConfigError(f"fabric.devices={devices!r}, fabric.num_nodes={fcfg.num_nodes!r}: this build runs clients "
+                          "in one process; allowed: fabric.devices=1 and fabric.num_nodes=1")
+    accel = fcfg.accelerator
+    if accel in ("cuda", "gpu") and not torch.cuda.is_available():
+        raise ConfigError(f"fabric.accelerator={accel!r} but no CUDA device is visible; allowed here: cpu, auto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return Fabric(accelerator=accel, devices=1, num_nodes=1, precision=str(fcfg.precision))
+        except (ValueError, RuntimeError, TypeError) as e:
+            msg = str(e).strip().splitlines()[0]
+            raise ConfigError(f"fabric.precision={fcfg.precision!r} is not usable on {accel}: {msg}") from None
+
+
+@dataclass
+class Prepared:
+    cfg: DictConfig
+    data: FederatedData
+    strategy: Strategy
+    trainer: ClientTrainer
+    init_weights: torch.Tensor
+    partition_metrics: dict[str, float]
+
+
+def prepare(cfg: DictConfig) -> Prepared:
+    """Load data, partition, build model, trainer and strategy. Raises ConfigError on bad input."""
+    seed = int(cfg.seed)
+    dataset = load_dataset(cfg.data, derive_seed(seed, "data"))
+    data = build_federation(dataset, cfg.partition, derive_seed(seed, "partition"))
+    if cfg.partition.test_fraction == 0 and data.x_global_test is None:
+        raise ConfigError("partition.test_fraction=0.0 leaves no test data to evaluate on; allowed: a number in (0, 1)")
+    fabric = build_fabric(cfg.fabric)
+    torch.manual_seed(derive_seed(seed, "init"))
+    net = build_model(cfg.model, data.input_shape, data.num_classes)
+    f = cfg.federation
+    trainer = ClientTrainer(fabric, net, data.x, data.y, f.optimizer, f.batch_size, f.local_epochs, f.eval_batch_size)
+    train_counts = data.label_counts("train")
+    info = FederationInfo(
+        num_clients=data.num_clients, num_classes=data.num_classes, num_samples=data.num_samples("train"),
+        label_counts=train_counts, client_fraction=f.client_fraction, local_epochs=f.local_epochs,
+        layout=trainer.layout, all_train_indices=np.concatenate([c.train for c in data.clients]),
+    )
+    algo = ALGORITHMS[cfg.algorithm.name]
+    algo_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(algo.Config),
+                                                   {k: v for k, v in cfg.algorithm.items() if k != "name"}))
+    strategy = algo(algo_cfg, info)
+    pm = noniid_summary(data.label_counts("all"))
+    return Prepared(cfg, data, strategy, trainer, trainer.initial_weights(), {k: float(v) for k, v in pm.items()})
+
+
+class ProgressCallback(Callback):
+    """A tqdm bar over rounds on stderr with the latest accuracy and loss."""
+
+    def __init__(self, total: int, desc: str):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="round", file=sys.stderr, dynamic_ncols=True,
+                        disable=None)  # None: disabled when stderr is not a terminal
+        self.plain = self.bar.disable
+
+    def on_round_end(self, orch, round, metrics):
+        post = {"loss": f"{metrics['train_loss']:.4f}"}
+        if "global_accuracy" in metrics:
+            post["acc"] = f"{metrics['global_accuracy']:.4f}"
+        self.bar.set_postfix(post)
+        self.bar.update(1)
+        if self.plain:  # not a terminal (CI, logs): one line per round instead of a bar
+            text = " ".join(f"{k}={v}" for k, v in post.items())
+            print(f"[round {round}/{orch.rounds}] {text} time={metrics['round_time_s']:.2f}s", file=sys.stderr,
+                  flush=True)
+
+    def on_end(self, orch, status):
+        self.bar.close()
+
+
+def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True) -> tuple[RunSummary, str | None]:
+    """Run the experiment; returns the summary and the MLflow run id (None when tracking is off)."""
+    p = prepare(cfg)
+    cbs = list(callbacks)
+    tracker = None
+    if progress:
+        cbs.append(ProgressCallback(int(cfg.federation.rounds), f"{cfg.algorithm.name}/{cfg.data.name}"))
+    if cfg.tracking.enabled:
+        from flplat.tracking import MlflowCallback
+
+        tracker = MlflowCallback(cfg.tracking, flatten(cfg), to_yaml(cfg), p.partition_metrics, p.data.label_counts("all"),
+                                 {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")})
+        cbs.insert(0, tracker)
+    orch = Orchestrator(p.strategy, LocalExecutor(p.trainer, p.data, int(cfg.seed)), p.data,
+                        int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs)
+    summary = orch.run(p.init_weights)
+    return summary, (tracker.run_id if tracker else None)

@@ -1,0 +1,1 @@
+"""Non-IID quantifiers and evaluation metrics (pure functions)."""

@@ -1,0 +1,163 @@
+"""The one round loop, and the client executor seam it runs clients through.
+
+Per round t: the strategy selects clients, plans each one's local work, the executor trains them (in this
+process now; sharded over Fabric processes later, behind the same two methods), the strategy aggregates, and
+every client is scored on its own test split with the model it would use. Cross-cutting concerns (MLflow,
+progress display) are callbacks on the round events, so the loop itself never logs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, Strategy
+from flplat.client import ClientTrainer
+from flplat.data.base import FederatedData
+from flplat.metrics.evaluation import summarize
+from flplat.state import ServerState, derive_seed
+
+
+class LocalExecutor:
+    """Runs every client in this process with one reusable :class:`ClientTrainer`.
+
+    This is the seam where clients run: strategies only see ``train`` and ``evaluate`` (the latter is the
+    :class:`~flplat.algorithms.base.FederationOps` they may call), so sharded execution can replace it.
+    """
+
+    def __init__(self, trainer: ClientTrainer, data: FederatedData, seed: int):
+        self.trainer = trainer
+        self.data = data
+        self.seed = seed
+
+    def train(self, plans: Sequence[tuple[int, ClientPlan]], round: int) -> list[ClientResult]:
+        out = []
+        for client, plan in plans:
+            idx = plan.indices if plan.indices is not None else self.data.indices(client, "train")
+            out.append(self.trainer.train(client, plan, idx, derive_seed(self.seed, "train", round, client)))
+        return out
+
+    def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
+        out, loaded = [], None
+        for client, weights in requests:
+            out.append(self.trainer.evaluate(client, None if weights is loaded else weights,
+                                             self.data.indices(client, split)))
+            loaded = weights
+        return out
+
+    def evaluate_global(self, weights: torch.Tensor) -> EvalResult | None:
+        if self.data.x_global_test is None:
+            return None
+        return self.trainer.evaluate_tensors(weights, self.data.x_global_test, self.data.y_global_test)
+
+
+class Callback:
+    """Round events; override what you need."""
+
+    def on_start(self, orch: "Orchestrator") -> None: ...
+
+    def on_round_end(self, orch: "Orchestrator", round: int, metrics: dict[str, float]) -> None: ...
+
+    def on_end(self, orch: "Orchestrator", status: str) -> None: ...
+
+
+@dataclass
+class RunSummary:
+    metrics: dict[str, float]  # last round's metrics
+    history: list[dict[str, float]]
+    client_table: dict[str, np.ndarray]  # per-client arrays of the last evaluation
+    state: ServerState = field(repr=False)
+
+
+class Orchestrator:
+    def __init__(self, strategy: Strategy, executor: LocalExecutor, data: FederatedData, rounds: int,
+                 eval_every: int, seed: int, callbacks: Sequence[Callback] = ()):
+        self.strategy = strategy
+        self.executor = executor
+        self.data = data
+        self.rounds = rounds
+        self.eval_every = eval_every
+        self.seed = seed
+        self.callbacks = list(callbacks)
+        self.history: list[dict[str, float]] = []
+        self.client_table: dict[str, np.ndarray] = {}
+        self.state: ServerState | None = None
+
+    def _bytes(self, t: torch.Tensor | None) -> int:
+        return 0 if t is None else t.numel() * t.element_size()
+
+    def run(self, init_weights: torch.Tensor) -> RunSummary:
+        strategy, ex = self.strategy, self.executor
+        rng = np.random.default_rng(derive_seed(self.seed, "server"))
+        self.state = strategy.init_state(init_weights, rng, ex)
+        for cb in self.callbacks:
+            cb.on_start(self)
+        status = "FAILED"
+        try:
+            for t in range(1, self.rounds + 1):
+                self.state.round = t
+                self.history.append(self._round(t, rng))
+                for cb in self.callbacks:
+                    cb.on_round_end(self, t, self.history[-1])
+            status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        finally:
+            for cb in self.callbacks:
+                cb.on_end(self, status)
+        return RunSummary(self.history[-1], self.history, self.client_table, self.state)
+
+    def _round(self, t: int, rng: np.random.Generator) -> dict[str, float]:
+        strategy, ex = self.strategy, self.executor
+        t0 = time.perf_counter()
+        selected = strategy.select(self.state, rng, ex)
+        plans = [(int(k), strategy.plan(self.state, int(k))) for k in selected]
+        results = ex.train(plans, t)
+        self.state = strategy.aggregate(self.state, results, ex)
+        n = np.array([r.num_samples for r in results], dtype=float)
+        m: dict[str, float] = {
+            "train_loss": float(np.dot(n, [r.train_loss for r in results]) / max(n.sum(), 1.0)),
+            "num_participants": float(len(results)),
+        }
+        if strategy.communicates:
+            m["bytes_down"] = float(sum(self._bytes(p.weights) + p.extra_bytes_down for _, p in plans))
+            m["bytes_up"] = float(sum(self._bytes(r.weights) + r.extra_bytes_up for r in results))
+        else:
+            m["bytes_down"] = m["bytes_up"] = 0.0
+        m.update(strategy.round_metrics(self.state))
+        if t % self.eval_every == 0 or t == self.rounds:
+            m.update(self.evaluate())
+        m["round_time_s"] = time.perf_counter() - t0
+        return m
+
+    def evaluate(self) -> dict[str, float]:
+        """Score every client on its test split with the model it would use; pooled test set if global."""
+        requests = [(k, self.strategy.eval_weights(self.state, k)) for k in range(self.data.num_clients)]
+        res = self.executor.evaluate(requests, "test")
+        correct = np.array([r.correct for r in res], dtype=float)
+        n = np.array([r.num_samples for r in res], dtype=float)
+        loss = np.array([r.loss_sum for r in res], dtype=float)
+        out = summarize(correct, n)
+        out["test_loss"] = float(loss.sum() / max(n.sum(), 1.0))
+        gw = self.strategy.global_weights(self.state)
+        if gw is not None:
+            g = self.executor.evaluate_global(gw)
+            if g is not None:
+                out["global_test_accuracy"] = g.accuracy
+        self.client_table = {
+            "client": np.arange(self.data.num_clients),
+            "num_train": self.data.num_samples("train"),
+            "num_test": n.astype(np.int64),
+            "correct": correct.astype(np.int64),
+            "accuracy": np.divide(correct, n, out=np.full_like(n, np.nan), where=n > 0),
+            "test_loss": np.divide(loss, n, out=np.full_like(n, np.nan), where=n > 0),
+        }
+        if self.state.assignment is not None:
+            self.client_table["cluster"] = np.asarray(self.state.assignment)
+        return {k: float(v) for k, v in out.items()}
+

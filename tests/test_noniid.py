@@ -1,0 +1,146 @@
+"""Hand-computed checks of the non-IID quantifiers (Clust-PSI-PFL Eqs. 1-3, Hellinger, JSD, EMD)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import jensenshannon
+
+from flplat.metrics.noniid import (
+    client_metrics,
+    client_psi,
+    emd,
+    global_distribution,
+    hellinger,
+    jensen_shannon,
+    label_distribution,
+    noniid_summary,
+    psi,
+    psi_per_class,
+    wpsi,
+)
+
+
+def test_label_and_global_distribution() -> None:
+    counts = np.array([[3, 1], [0, 4], [0, 0]])
+    p = label_distribution(counts)
+    np.testing.assert_allclose(p[0], [0.75, 0.25])
+    np.testing.assert_allclose(p[1], [0.0, 1.0])
+    assert np.isnan(p[2]).all()  # an empty client has no pmf
+    np.testing.assert_allclose(global_distribution(counts), [3 / 8, 5 / 8])
+
+
+def test_psi_by_hand() -> None:
+    # P = (0.5, 0.5) global, P_i = (0.25, 0.75):
+    # (0.5-0.25) ln(0.5/0.25) + (0.5-0.75) ln(0.5/0.75) = 0.25 ln 2 - 0.25 ln(2/3) = 0.25 ln 3 = 0.274653...
+    expected = 0.25 * math.log(2) + (-0.25) * math.log(2 / 3)
+    assert expected == pytest.approx(0.25 * math.log(3))
+    assert psi([0.5, 0.5], [0.25, 0.75], eps=0.0) == pytest.approx(expected, abs=1e-12)
+    assert psi([0.5, 0.5], [0.25, 0.75]) == pytest.approx(expected, abs=1e-5)  # eps=1e-6 barely matters here
+    np.testing.assert_allclose(
+        psi_per_class([0.5, 0.5], [0.25, 0.75], eps=0.0), [0.25 * math.log(2), -0.25 * math.log(2 / 3)]
+    )
+    # PSI is symmetric (Jeffreys divergence)
+    assert psi([0.25, 0.75], [0.5, 0.5], eps=0.0) == pytest.approx(expected)
+
+
+def test_psi_missing_class_uses_eps() -> None:
+    # P = (0.5, 0.5), P_i = (1, 0), eps = 1e-6 added to both pmfs inside the log:
+    # (0.5-1) ln(0.500001/1.000001) + (0.5-0) ln(0.500001/0.000001)
+    #   = 0.5 ln(1.000001/0.500001) + 0.5 ln(500001) ~= 0.346573 + 6.561183 = 6.907756 (~ ln 1000)
+    eps = 1e-6
+    expected = -0.5 * math.log((0.5 + eps) / (1 + eps)) + 0.5 * math.log((0.5 + eps) / eps)
+    value = psi([0.5, 0.5], [1.0, 0.0], eps=eps)
+    assert math.isfinite(value)
+    assert value == pytest.approx(expected, rel=1e-12)
+    assert value == pytest.approx(6.907756, abs=1e-6)
+    # the value depends on eps: with eps = 1e-3 the second term is 0.5 ln(501)
+    assert psi([0.5, 0.5], [1.0, 0.0], eps=1e-3) < value
+
+
+def test_client_psi_and_wpsi_weights() -> None:
+    # clients [3,1], [1,3], [8,8]: global = (12,12)/24 = (0.5, 0.5)
+    # PSI_A = PSI_B = 0.25 ln 3 (as above, mirrored), PSI_C = 0; n = 4, 4, 16 (N = 24)
+    # WPSI = 4/24 * 0.25 ln3 + 4/24 * 0.25 ln3 + 16/24 * 0 = ln(3)/12 = 0.0915510...
+    counts = np.array([[3, 1], [1, 3], [8, 8]])
+    values, per_class = client_psi(counts, eps=0.0)
+    np.testing.assert_allclose(values, [0.25 * math.log(3), 0.25 * math.log(3), 0.0], atol=1e-12)
+    assert per_class.shape == (3, 2)
+    np.testing.assert_allclose(per_class.sum(axis=1), values)
+    assert wpsi(counts, eps=0.0) == pytest.approx(math.log(3) / 12)
+    assert wpsi(counts, eps=0.0) != pytest.approx(values.mean())  # weighted, not a plain mean
+    # an empty client has weight 0 and does not poison the sum
+    assert wpsi(np.vstack([counts, [0, 0]]), eps=0.0) == pytest.approx(math.log(3) / 12)
+
+
+def test_hellinger_and_jsd_known_values() -> None:
+    p, q = np.array([0.5, 0.5]), np.array([1.0, 0.0])
+    # Hellinger: BC = sqrt(0.5*1) + 0 = 0.707107; H = sqrt(1 - 0.707107) = 0.541196
+    assert hellinger(p, q) == pytest.approx(math.sqrt(1 - math.sqrt(0.5)))
+    assert hellinger(p, q) == pytest.approx(0.541196, abs=1e-6)
+    # JSD (base 2): m = (0.75, 0.25)
+    # KL(p||m) = 0.5 log2(0.5/0.75) + 0.5 log2(0.5/0.25) = 0.5*(-0.584963) + 0.5*1 = 0.207519
+    # KL(q||m) = 1 * log2(1/0.75) = 0.415037;  JS = (0.207519 + 0.415037)/2 = 0.311278; distance = 0.557923
+    kl_pm = 0.5 * math.log2(0.5 / 0.75) + 0.5 * math.log2(0.5 / 0.25)
+    kl_qm = math.log2(1 / 0.75)
+    assert jensen_shannon(p, q) == pytest.approx(math.sqrt(0.5 * (kl_pm + kl_qm)))
+    assert jensen_shannon(p, q) == pytest.approx(0.557923, abs=1e-6)
+    assert jensen_shannon(p, q) == pytest.approx(jensenshannon(p, q, base=2))
+    # disjoint supports: both distances reach their maximum 1
+    assert hellinger([1, 0], [0, 1]) == pytest.approx(1.0)
+    assert jensen_shannon([1, 0], [0, 1]) == pytest.approx(1.0)
+
+
+def test_hellinger_jsd_match_scipy_on_random_rows() -> None:
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.full(6, 0.5), size=8)
+    q = rng.dirichlet(np.ones(6))
+    js = jensen_shannon(p, q)
+    assert js.shape == (8,)
+    np.testing.assert_allclose(js, [jensenshannon(row, q, base=2) for row in p], atol=1e-10)
+    bc = np.sqrt(p * q).sum(axis=1)
+    np.testing.assert_allclose(hellinger(p, q), np.sqrt(1 - bc))
+
+
+def test_emd_uniform_is_total_variation_and_index_by_hand() -> None:
+    p, q = np.array([0.7, 0.2, 0.1]), np.array([0.1, 0.3, 0.6])
+    # uniform 0/1 ground: EMD = TV = 0.5 * (0.6 + 0.1 + 0.5) = 0.6
+    assert emd(p, q) == pytest.approx(0.6)
+    assert emd(p, q, ground="uniform") == pytest.approx(0.5 * np.abs(p - q).sum())
+    # index ground |i-j|/2: move 0.5 from class 0 to class 2 (cost 0.5*1) and 0.1 from 0 to 1 (cost 0.1*0.5)
+    # = 0.55; equivalently sum |CDF_p - CDF_q| / (C-1) = (|0.7-0.1| + |0.9-0.4|) / 2 = 0.55
+    assert emd(p, q, ground="index") == pytest.approx(0.55)
+    # neighbouring vs far classes differ only under the index ground
+    assert emd([1, 0, 0], [0, 1, 0], ground="index") == pytest.approx(0.5)
+    assert emd([1, 0, 0], [0, 0, 1], ground="index") == pytest.approx(1.0)
+    assert emd([1, 0, 0], [0, 1, 0]) == pytest.approx(1.0)
+    rows = emd(np.array([[1, 0, 0], [0.7, 0.2, 0.1]]), q)
+    np.testing.assert_allclose(rows, [0.9, 0.6])
+    with pytest.raises(ValueError):
+        emd(p, q, ground="euclid")
+
+
+def test_identical_distributions_give_zero() -> None:
+    counts = np.array([[5, 3, 2], [10, 6, 4], [15, 9, 6]])
+    summary = noniid_summary(counts)
+    for key in ("wpsi", "hellinger", "jsd", "emd"):
+        assert summary[key] == pytest.approx(0.0, abs=1e-7), key
+    per = client_metrics(counts, ground="index")
+    for key, arr in per.items():
+        assert arr.shape == (3,)
+        np.testing.assert_allclose(arr, 0.0, atol=1e-7, err_msg=key)
+
+
+def test_summary_is_sample_weighted() -> None:
+    counts = np.array([[3, 1], [1, 3], [8, 8], [0, 0]])
+    per = client_metrics(counts)
+    assert np.isnan(per["hellinger"][3]) and np.isnan(per["emd"][3])
+    w = np.array([4, 4, 16]) / 24
+    summary = noniid_summary(counts)
+    assert summary["wpsi"] == pytest.approx(wpsi(counts))
+    for key, name in (("hellinger", "hellinger"), ("jsd", "jsd"), ("emd", "emd")):
+        assert summary[key] == pytest.approx(float(np.sum(w * per[name][:3])))
+    # client A: p = (0.75, 0.25) vs (0.5, 0.5): TV = 0.25, so EMD summary = (4+4)/24 * 0.25
+    assert summary["emd"] == pytest.approx(8 / 24 * 0.25)
