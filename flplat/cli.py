@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from flplat.config import ConfigError
 
@@ -85,7 +85,8 @@ def cmd_partition_stats(args) -> int:
     from flplat.state import derive_seed
 
     overrides = [f"data.name={args.dataset}", f"partition.name={args.partition}", f"partition.alpha={args.alpha}",
-                 f"partition.similarity={args.similarity}", f"partition.num_clients={args.clients}", f"seed={args.seed}"]
+                 f"partition.similarity={args.similarity}", f"partition.num_clients={args.clients}",
+                 f"seed={args.seed}"]
     if args.data_root:
         overrides.append(f"data.root={args.data_root}")
     cfg = load_config(None, overrides)

@@ -16,7 +16,7 @@ Batches: the last batch of an epoch is merged into the previous one when it woul
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import lightning as L
 import numpy as np

@@ -14,7 +14,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -29,7 +29,7 @@ class DataConfig:
     """Which dataset to load and from where (see :mod:`flplat.data.datasets`)."""
 
     name: str = "digits"
-    root: Optional[str] = None  # directory with the raw files; None: documented locations / $FLPLAT_DATA
+    root: str | None = None  # directory with the raw files; None: documented locations / $FLPLAT_DATA
     download: bool = False  # let torchvision download when the files are not found locally
     # `synthetic` only: a Gaussian-mixture classification task
     synthetic_samples: int = 2000
@@ -93,9 +93,9 @@ class TrackingConfig:
     """MLflow tracking. ``uri`` None: $MLFLOW_TRACKING_URI, else a SQLite store in ``mlruns/``."""
 
     enabled: bool = True
-    uri: Optional[str] = None
+    uri: str | None = None
     experiment: str = "flplat"
-    run_name: Optional[str] = None
+    run_name: str | None = None
     store_dir: str = "mlruns"
     plots: bool = True
 
@@ -155,14 +155,15 @@ def _first_line(e: Exception) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
-def load_config(path: Optional[str | Path] = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
+def load_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
     """Build the validated config from an optional YAML file plus ``dotted.key=value`` overrides."""
     base = OmegaConf.structured(ExperimentConfig)
     layers = []
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist; pass a YAML file such as configs/quickstart.yaml")
+            raise ConfigError(f"config file {str(path)!r} does not exist; "
+                              "pass a YAML file such as configs/quickstart.yaml")
         try:
             layers.append(OmegaConf.load(p))
         except Exception as e:  # yaml errors
@@ -175,7 +176,8 @@ def load_config(path: Optional[str | Path] = None, overrides: tuple[str, ...] | 
         cfg = OmegaConf.merge(base, *layers)
     except (ConfigKeyError, ConfigAttributeError) as e:
         key = getattr(e, "full_key", None) or _first_line(e)
-        raise ConfigError(f"unknown config key {key!r}; see `flplat run --help` or configs/quickstart.yaml for valid keys") from None
+        raise ConfigError(f"unknown config key {key!r}; valid keys are those of configs/quickstart.yaml "
+                          "and flplat/config.py") from None
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         raise ConfigError(f"{key}: {_first_line(e)}" if key else _first_line(e)) from None
@@ -206,7 +208,8 @@ def validate(cfg: DictConfig) -> DictConfig:
     for k in ("train_fraction", "val_fraction", "test_fraction"):
         _check(0.0 <= p[k] <= 1.0, f"partition.{k}", p[k], "a number in [0, 1]")
     total = p.train_fraction + p.val_fraction + p.test_fraction
-    _check(abs(total - 1.0) < 1e-6, "partition.train_fraction+val_fraction+test_fraction", round(total, 6), "fractions summing to 1")
+    _check(abs(total - 1.0) < 1e-6, "partition.train_fraction+val_fraction+test_fraction", round(total, 6),
+           "fractions summing to 1")
     _check(p.train_fraction > 0, "partition.train_fraction", p.train_fraction, "a number in (0, 1]")
 
     f = cfg.federation
@@ -218,8 +221,9 @@ def validate(cfg: DictConfig) -> DictConfig:
     _check(f.eval_batch_size >= 1, "federation.eval_batch_size", f.eval_batch_size, "an integer >= 1")
     _choice("federation.optimizer.name", f.optimizer.name, OPTIMIZERS)
     _check(f.optimizer.lr > 0, "federation.optimizer.lr", f.optimizer.lr, "a number > 0")
-    _check(0.0 <= f.optimizer.momentum < 1.0, "federation.optimizer.momentum", f.optimizer.momentum, "a number in [0, 1)")
-    _check(f.optimizer.weight_decay >= 0, "federation.optimizer.weight_decay", f.optimizer.weight_decay, "a number >= 0")
+    o = f.optimizer
+    _check(0.0 <= o.momentum < 1.0, "federation.optimizer.momentum", o.momentum, "a number in [0, 1)")
+    _check(o.weight_decay >= 0, "federation.optimizer.weight_decay", o.weight_decay, "a number >= 0")
 
     fb = cfg.fabric
     _choice("fabric.accelerator", fb.accelerator, ACCELERATORS)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -124,8 +124,9 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     if cfg.tracking.enabled:
         from flplat.tracking import MlflowCallback
 
-        tracker = MlflowCallback(cfg.tracking, flatten(cfg), to_yaml(cfg), p.partition_metrics, p.data.label_counts("all"),
-                                 {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")})
+        sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
+        tracker = MlflowCallback(cfg.tracking, flatten(cfg), to_yaml(cfg), p.partition_metrics,
+                                 p.data.label_counts("all"), sizes)
         cbs.insert(0, tracker)
     orch = Orchestrator(p.strategy, LocalExecutor(p.trainer, p.data, int(cfg.seed)), p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs)

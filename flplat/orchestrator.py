@@ -9,8 +9,8 @@ progress display) are callbacks on the round events, so the loop itself never lo
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -58,11 +58,11 @@ class LocalExecutor:
 class Callback:
     """Round events; override what you need."""
 
-    def on_start(self, orch: "Orchestrator") -> None: ...
+    def on_start(self, orch: Orchestrator) -> None: ...
 
-    def on_round_end(self, orch: "Orchestrator", round: int, metrics: dict[str, float]) -> None: ...
+    def on_round_end(self, orch: Orchestrator, round: int, metrics: dict[str, float]) -> None: ...
 
-    def on_end(self, orch: "Orchestrator", status: str) -> None: ...
+    def on_end(self, orch: Orchestrator, status: str) -> None: ...
 
 
 @dataclass

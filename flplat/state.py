@@ -130,5 +130,6 @@ def derive_seed(root: int, *keys: int | str) -> int:
     round) has its own derived seed, so results do not depend on execution order or on which process
     trains a client.
     """
-    ints = [int(root) & 0xFFFFFFFF] + [zlib.crc32(k.encode()) if isinstance(k, str) else int(k) & 0xFFFFFFFF for k in keys]
+    ints = [int(root) & 0xFFFFFFFF]
+    ints += [zlib.crc32(k.encode()) if isinstance(k, str) else int(k) & 0xFFFFFFFF for k in keys]
     return int(np.random.SeedSequence(ints).generate_state(1)[0])

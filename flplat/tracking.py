@@ -59,8 +59,11 @@ class MlflowCallback(Callback):
         self.client = MlflowClient(tracking_uri=uri)
         self.uri = uri
         exp = self.client.get_experiment_by_name(tracking_cfg.experiment)
-        self.experiment_id = (exp.experiment_id if exp is not None else
-                              self.client.create_experiment(tracking_cfg.experiment, artifact_location=artifact_location))
+        if exp is None:
+            self.experiment_id = self.client.create_experiment(tracking_cfg.experiment,
+                                                               artifact_location=artifact_location)
+        else:
+            self.experiment_id = exp.experiment_id
         self.params = params
         self.config_yaml = config_yaml
         self.run_metrics = run_metrics

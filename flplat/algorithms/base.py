@@ -16,8 +16,9 @@ candidate clients, cross-evaluation of models).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, Sequence
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch

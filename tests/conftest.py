@@ -1,0 +1,45 @@
+"""Shared fixtures: small, fast experiment configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+
+
+def tiny_overrides(**extra) -> list[str]:
+    """A synthetic federation that trains in well under a second per round."""
+    base = {
+        "data.name": "synthetic", "data.synthetic_samples": 600, "data.synthetic_features": 12,
+        "data.synthetic_classes": 4, "partition.name": "dirichlet", "partition.alpha": 0.5,
+        "partition.num_clients": 6, "partition.min_samples": 10, "model.name": "mlp", "model.hidden": "[16]",
+        "federation.rounds": 2, "federation.client_fraction": 0.5, "federation.local_epochs": 1,
+        "federation.batch_size": 16, "tracking.enabled": "false",
+    }
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+@pytest.fixture
+def tiny_cfg():
+    from flplat.config import load_config
+
+    def make(**extra):
+        return load_config(None, tiny_overrides(**extra))
+
+    return make
+
+
+def pytest_configure(config):
+    # Under pytest-xdist each worker gets one thread, so two workers share the 2 cores instead of fighting.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+        os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -1,0 +1,47 @@
+import numpy as np
+import torch
+from torch import nn
+
+from flplat.client import batch_bounds
+from flplat.state import ClientStore, ParamLayout, derive_seed
+
+
+def test_layout_roundtrip_includes_float_buffers_only():
+    net = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    lay = ParamLayout(net)
+    # Linear: 3*2 + 2 = 8; BN: weight 2 + bias 2 + running_mean 2 + running_var 2 = 8; num_batches_tracked excluded
+    assert lay.size == 16
+    assert "1.num_batches_tracked" not in lay.names
+    vec = torch.arange(16, dtype=torch.float32)
+    lay.load(vec)
+    assert torch.equal(lay.flatten(), vec)
+    assert torch.equal(net[0].weight, torch.arange(6, dtype=torch.float32).view(2, 3))
+    assert torch.equal(net[1].running_var, torch.tensor([14.0, 15.0]))
+
+
+def test_layout_mask_selects_by_prefix():
+    net = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1))
+    m = ParamLayout(net).mask("1.")
+    assert m.sum() == 3 and not m[:8].any() and m[8:].all()
+
+
+def test_client_store_defaults_and_writes():
+    d = torch.zeros(4)
+    s = ClientStore(3, 4, default=d)
+    assert s.get(2) is d and not s.has(2)
+    s.set(2, torch.ones(4))
+    assert s.has(2) and torch.equal(s.get(2), torch.ones(4)) and s.get(0) is d
+
+
+def test_batch_bounds_merge_trailing_singleton():
+    assert batch_bounds(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert batch_bounds(9, 4) == [(0, 4), (4, 9)]
+    assert batch_bounds(1, 4) == [(0, 1)]
+
+
+def test_derive_seed_is_stable_and_key_sensitive():
+    a = derive_seed(0, "train", 1, 2)
+    assert a == derive_seed(0, "train", 1, 2)
+    assert len({a, derive_seed(0, "train", 2, 1), derive_seed(1, "train", 1, 2)}) == 3
+    assert isinstance(a, int) and 0 <= a < 2**32
+    assert np.random.default_rng(a).integers(10) == np.random.default_rng(a).integers(10)

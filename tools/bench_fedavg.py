@@ -1,0 +1,232 @@
+"""Benchmark: the platform's FedAvg against a minimal hand-written PyTorch FedAvg loop doing the same work.
+
+Both sides train on the same pooled tensors and client index splits (from ``flplat.experiment.prepare``), start
+from the same initial weights, sample the same clients each round, and run the same local epochs of Adam (fresh
+per client) over the same mini-batches (same ``randperm`` seeds, same batch bounds), then average the client
+models weighted by their training-set sizes. Both evaluate once, after the last round, on every client's test
+split (and on the pooled global test set when the dataset has one).
+
+Timed: the federated training plus that final evaluation -- ``Orchestrator.run`` (tracking off, no callbacks)
+against :func:`reference_fedavg`. Data loading, partitioning and model construction are done once, untimed.
+The two sides alternate (A B, B A, A B, ...) after one untimed warm-up each, so the machine's speed drift and
+concurrent load hit both alike; the verdict is the median of the per-repeat ratios platform / reference.
+
+    python tools/bench_fedavg.py                                  # digits + mlp, the quickstart federation
+    python tools/bench_fedavg.py --dataset fmnist --model mlp --clients 100 --fraction 0.5 --epochs 1 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from flplat.algorithms.base import sample_uniform  # noqa: E402
+from flplat.client import batch_bounds  # noqa: E402
+from flplat.config import load_config  # noqa: E402
+from flplat.experiment import Prepared, prepare  # noqa: E402
+from flplat.models import build_model  # noqa: E402
+from flplat.orchestrator import LocalExecutor, Orchestrator  # noqa: E402
+from flplat.state import derive_seed  # noqa: E402
+
+TARGET = 1.15
+
+
+# ------------------------------------------------------------------------------------------ the platform side
+
+
+class RecordingExecutor(LocalExecutor):
+    """The platform's executor, also recording which clients trained each round and how many steps they took."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.selected: list[list[int]] = []
+        self.steps = 0
+
+    def train(self, plans, round):
+        self.selected.append([k for k, _ in plans])
+        out = super().train(plans, round)
+        self.steps += sum(r.num_steps for r in out)
+        return out
+
+
+def run_platform(p: Prepared, rounds: int, seed: int):
+    ex = RecordingExecutor(p.trainer, p.data, seed)
+    orch = Orchestrator(p.strategy, ex, p.data, rounds, rounds, seed, callbacks=[])
+    t0 = time.perf_counter()
+    summary = orch.run(p.init_weights)
+    dt = time.perf_counter() - t0
+    m = summary.metrics
+    return dt, {"acc": m["global_accuracy"], "global_test_acc": m.get("global_test_accuracy", float("nan")),
+                "steps": ex.steps, "selected": ex.selected}
+
+
+# ----------------------------------------------------------------------------------------- the reference side
+
+
+def reference_fedavg(model, init_sd, x, y, client_train, selections, seed, epochs, batch_size, lr):
+    """Plain PyTorch FedAvg: load_state_dict, fresh Adam per client, randperm batches, weighted state_dict mean."""
+    global_sd = {k: v.clone() for k, v in init_sd.items()}
+    steps = 0
+    for t, selected in enumerate(selections, start=1):
+        states, sizes = [], []
+        for k in selected:
+            model.load_state_dict(global_sd)
+            model.train()
+            opt = torch.optim.Adam(model.parameters(), lr=lr)
+            idx = torch.as_tensor(client_train[k], dtype=torch.long)
+            xk, yk, n = x[idx], y[idx], len(idx)
+            gen = torch.Generator().manual_seed(derive_seed(seed, "train", t, k))  # same batch order as the platform
+            loss_sum = torch.zeros(())
+            for _ in range(epochs):
+                perm = torch.randperm(n, generator=gen)
+                for a, b in batch_bounds(n, batch_size):
+                    sel = perm[a:b]
+                    loss = F.cross_entropy(model(xk[sel]), yk[sel])
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    loss_sum += loss.detach()
+                    steps += 1
+            states.append({name: v.detach().clone() for name, v in model.state_dict().items()})
+            sizes.append(n)
+        w = torch.tensor(sizes, dtype=torch.float32)
+        w /= w.sum()
+        global_sd = {name: (sum(wi * s[name] for wi, s in zip(w, states)) if states[0][name].is_floating_point()
+                            else states[0][name]) for name in states[0]}
+    model.load_state_dict(global_sd)
+    return model, steps
+
+
+@torch.no_grad()
+def accuracy(model, x, y, batch_size=1024):
+    model.eval()
+    correct = sum(int((model(x[a:a + batch_size]).argmax(1) == y[a:a + batch_size]).sum())
+                  for a in range(0, len(y), batch_size))
+    return correct, len(y)
+
+
+def run_reference(p: Prepared, model, init_sd, selections, seed: int):
+    f = p.cfg.federation
+    d = p.data
+    t0 = time.perf_counter()
+    model, steps = reference_fedavg(model, init_sd, d.x, d.y, [c.train for c in d.clients], selections, seed,
+                                    int(f.local_epochs), int(f.batch_size), float(f.optimizer.lr))
+    correct = n = 0
+    for c in d.clients:  # every client's test split, pooled accuracy (the platform's global_accuracy)
+        idx = torch.as_tensor(c.test, dtype=torch.long)
+        ck, nk = accuracy(model, d.x[idx], d.y[idx])
+        correct, n = correct + ck, n + nk
+    gacc = float("nan")
+    if d.x_global_test is not None:
+        g_correct, gn = accuracy(model, d.x_global_test, d.y_global_test)
+        gacc = g_correct / gn
+    dt = time.perf_counter() - t0
+    return dt, {"acc": correct / max(n, 1), "global_test_acc": gacc, "steps": steps}
+
+
+# ---------------------------------------------------------------------------------------------------- driver
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--dataset", default="digits", help="data.name (digits, fmnist, mnist, synthetic, ...)")
+    ap.add_argument("--model", default="mlp", help="model.name (mlp, fmnist_cnn, ...)")
+    ap.add_argument("--clients", type=int, default=10, help="partition.num_clients (K)")
+    ap.add_argument("--fraction", type=float, default=0.5, help="federation.client_fraction (q)")
+    ap.add_argument("--epochs", type=int, default=5, help="federation.local_epochs (E)")
+    ap.add_argument("--rounds", type=int, default=20, help="federation.rounds (T)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed platform/reference pairs")
+    ap.add_argument("--alpha", type=float, default=0.3, help="partition.alpha (Dirichlet label skew)")
+    ap.add_argument("--batch-size", type=int, default=32, help="federation.batch_size")
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--no-warmup", action="store_true", help="skip the untimed one-round warm-up of each side")
+    args = ap.parse_args(argv)
+
+    overrides = [
+        f"seed={args.seed}", f"data.name={args.dataset}", f"model.name={args.model}", "algorithm.name=fedavg",
+        "partition.name=dirichlet", f"partition.num_clients={args.clients}", f"partition.alpha={args.alpha}",
+        f"federation.rounds={args.rounds}", f"federation.eval_every={args.rounds}",
+        f"federation.client_fraction={args.fraction}", f"federation.local_epochs={args.epochs}",
+        f"federation.batch_size={args.batch_size}", "federation.optimizer.name=adam",
+        f"federation.optimizer.lr={args.lr}", "fabric.accelerator=cpu", "fabric.precision=32-true",
+        f"fabric.num_threads={args.threads}", "tracking.enabled=false",
+    ]
+    cfg = load_config(None, overrides)
+    t0 = time.perf_counter()
+    p = prepare(cfg)  # sets torch's thread count when --threads > 0
+    prep_s = time.perf_counter() - t0
+    d = p.data
+    init_sd = {k: v.detach().clone() for k, v in p.trainer.net.state_dict().items()}  # before any training
+
+    # the reference model: same architecture, same initial weights
+    ref_model = build_model(cfg.model, d.input_shape, d.num_classes)
+    ref_model.load_state_dict(init_sd)
+    n_params = sum(t.numel() for t in ref_model.parameters())
+
+    # the same clients per round: the platform's sampling (FedAvg's init_state draws nothing from the rng)
+    rng = np.random.default_rng(derive_seed(args.seed, "server"))
+    selections = [[int(k) for k in sample_uniform(d.num_clients, args.fraction, rng)] for _ in range(args.rounds)]
+
+    print(f"python {platform.python_version()}  torch {torch.__version__}  threads={torch.get_num_threads()}  "
+          f"cpus={os.cpu_count()}  {platform.machine()}")
+    print(f"{args.dataset}/{args.model}: K={d.num_clients} q={args.fraction} E={args.epochs} T={args.rounds} "
+          f"B={args.batch_size} alpha={args.alpha}  train samples={int(d.num_samples('train').sum())}  "
+          f"params={n_params}  clients/round={len(selections[0])}  (prepare {prep_s:.1f}s, untimed)")
+
+    if not args.no_warmup:  # lazy initialisation (allocator, kernels, Fabric wrappers) on both sides, untimed
+        run_platform(p, 1, args.seed)
+        run_reference(p, ref_model, init_sd, selections[:1], args.seed)
+
+    rows = []
+    for i in range(args.repeats):
+        order = ("platform", "reference") if i % 2 == 0 else ("reference", "platform")
+        res = {}
+        for side in order:
+            gc.collect()
+            if side == "platform":
+                res[side] = run_platform(p, args.rounds, args.seed)
+            else:
+                res[side] = run_reference(p, ref_model, init_sd, selections, args.seed)
+        (tp, mp), (tr, mr) = res["platform"], res["reference"]
+        if mp["selected"] != selections:
+            raise SystemExit("the platform sampled different clients than the reference; the comparison is void")
+        if mp["steps"] != mr["steps"]:
+            raise SystemExit(f"step counts differ: platform {mp['steps']}, reference {mr['steps']}")
+        rows.append((i + 1, "->".join(s[0] for s in order), tp, tr, tp / tr, mp, mr))
+
+    print()
+    print(f"{'repeat':>6} {'order':>6} {'platform s':>11} {'reference s':>12} {'ratio':>7}")
+    for i, order, tp, tr, ratio, _, _ in rows:
+        print(f"{i:>6} {order:>6} {tp:>11.3f} {tr:>12.3f} {ratio:>7.3f}")
+    ratios = [r[4] for r in rows]
+    med = statistics.median(ratios)
+    print(f"median ratio platform/reference: {med:.3f}  (min {min(ratios):.3f}, max {max(ratios):.3f}; "
+          f"target <= {TARGET:.2f}: {'PASS' if med <= TARGET else 'FAIL'})")
+    mp, mr = rows[-1][5], rows[-1][6]
+    print(f"local steps per run: platform {mp['steps']}, reference {mr['steps']}")
+    print(f"final accuracy (pooled client test splits): platform {mp['acc']:.4f}, reference {mr['acc']:.4f}")
+    if not np.isnan(mp["global_test_acc"]):
+        print(f"final accuracy (global test set):          platform {mp['global_test_acc']:.4f}, "
+              f"reference {mr['global_test_acc']:.4f}")
+    if abs(mp["acc"] - mr["acc"]) > 0.02:
+        print("WARNING: final accuracies differ by more than 2 points", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
