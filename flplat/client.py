@@ -83,7 +83,7 @@ class ClientTrainer:
         self.params = [p for p in self.net.parameters()]
         self.hook_ctx = HookContext(self.net, self.layout, self.params)
         self.module.hook_ctx = self.hook_ctx
-        self.x = fabric.to_device(x)
+        self.x = fabric.strategy.precision.convert_input(fabric.to_device(x))  # e.g. bf16 for "bf16-true"
         self.y = fabric.to_device(y)
         self.opt_cfg = optimizer_cfg
         self.batch_size = batch_size
@@ -161,7 +161,8 @@ class ClientTrainer:
 
     def evaluate_tensors(self, weights: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> EvalResult:
         """Score ``weights`` on separate tensors (the pooled global test set)."""
-        return self._score(-1, weights, self.fabric.to_device(x), self.fabric.to_device(y), None)
+        x = self.fabric.strategy.precision.convert_input(self.fabric.to_device(x))
+        return self._score(-1, weights, x, self.fabric.to_device(y), None)
 
     @torch.no_grad()
     def _score(self, client, weights, x, y, idx) -> EvalResult:

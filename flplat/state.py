@@ -59,7 +59,7 @@ class ParamLayout:
     def mask(self, prefix: str | tuple[str, ...] = "", params_only: bool = False) -> torch.Tensor:
         """Boolean mask over the flat vector selecting entries whose name starts with ``prefix``.
 
-        E.g. ``mask("net.head.")`` selects the classifier (FedRep keeps it local, FedAvg aggregates the rest).
+        E.g. ``mask("head.")`` selects the classifier (FedRep keeps it local, FedAvg aggregates the rest).
         """
         out = torch.zeros(self.size, dtype=torch.bool)
         for name, is_p, a, b in zip(self.names, self.is_param, self.offsets[:-1], self.offsets[1:]):
