@@ -26,3 +26,21 @@ def fedavg(results: Sequence) -> torch.Tensor:
     """McMahan et al. 2017, Eq. (FedAvg): the sample-size weighted mean of the client models."""
     w, n = stack(results)
     return weighted_mean(w, n)
+
+
+def fedavg_by_group(results: Sequence, groups, current: torch.Tensor) -> torch.Tensor:
+    """Per-group FedAvg: row g of the output is the sample-weighted mean of the results in group g.
+
+    ``groups[i]`` is the group (cluster) of ``results[i]``; ``current`` is the ``(G, P)`` stack of group models,
+    whose rows without any result this round are kept unchanged (one model per cluster, Clust-PSI-PFL/IFCA).
+    """
+    out = current.clone()
+    if not len(results):
+        return out
+    w, n = stack(results)
+    g = torch.as_tensor(list(groups), dtype=torch.long, device=w.device)
+    sums = torch.zeros_like(out).index_add_(0, g, w * n[:, None])
+    tot = torch.zeros(out.shape[0], dtype=w.dtype, device=w.device).index_add_(0, g, n)
+    hit = tot > 0
+    out[hit] = sums[hit] / tot[hit, None]
+    return out

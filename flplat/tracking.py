@@ -46,6 +46,15 @@ def _csv(columns: dict[str, Any]) -> str:
     return out.getvalue()
 
 
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 class MlflowCallback(Callback):
     """Creates the run on start, logs a metric batch per round, artifacts and the final status on end."""
 
@@ -102,18 +111,37 @@ class MlflowCallback(Callback):
         try:
             if orch.client_table:
                 self.client.log_text(self.run_id, _csv(orch.client_table), "clients/final_client_metrics.csv")
+            if orch.state is not None:
+                for path, text in orch.strategy.artifacts(orch.state).items():
+                    self.client.log_text(self.run_id, text, path)
+                self._series(orch.strategy.series(orch.state))
             if self.cfg.plots and orch.history:
                 self._plots(orch)
         finally:
             self.client.set_terminated(self.run_id, status)
 
+    def _series(self, series: dict[str, list[tuple[int, float]]]) -> None:
+        """Log each curve as a metric with its own steps, plus a line plot."""
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        for name, points in series.items():
+            batch = [Metric(name, float(v), ts, int(x)) for x, v in points if np.isfinite(v)]
+            if batch:
+                self.client.log_batch(self.run_id, metrics=batch)
+            if self.cfg.plots and points:
+                plt = _pyplot()
+                fig, ax = plt.subplots(figsize=(5, 3.5))
+                ax.plot([x for x, _ in points], [v for _, v in points], marker="o", ms=3)
+                ax.set(xlabel="step", ylabel=name, title=name)
+                ax.grid(alpha=0.3)
+                self.client.log_figure(self.run_id, fig, f"plots/{name}.png")
+                plt.close(fig)
+
     def _plots(self, orch: Orchestrator) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         from flplat.metrics.evaluation import ecdf
+
+        plt = _pyplot()
 
         acc = orch.client_table.get("accuracy")
         if acc is not None and np.isfinite(acc).any():

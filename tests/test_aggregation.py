@@ -23,3 +23,14 @@ def test_fedavg_single_client_is_identity():
 def test_weighted_mean_rejects_zero_total():
     with pytest.raises(ValueError):
         weighted_mean(torch.ones(2, 3), torch.zeros(2))
+
+
+def test_fedavg_by_group_keeps_untouched_groups():
+    from flplat.aggregation import fedavg_by_group
+
+    current = torch.tensor([[0.0, 0.0], [9.0, 9.0], [5.0, 5.0]])
+    res = [_r(0, [1.0, 1.0], 1), _r(1, [4.0, 0.0], 3), _r(2, [2.0, 6.0], 2)]
+    out = fedavg_by_group(res, [0, 0, 2], current)
+    # group 0: (1·[1,1] + 3·[4,0]) / 4 = [3.25, 0.25]; group 1 untouched; group 2: [2, 6]
+    assert torch.allclose(out, torch.tensor([[3.25, 0.25], [9.0, 9.0], [2.0, 6.0]]))
+    assert torch.equal(current[0], torch.tensor([0.0, 0.0]))  # input not modified

@@ -17,5 +17,14 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-# Import the algorithm modules so they register themselves.
-from flplat.algorithms import centralized, fedavg, fedprox, local  # noqa: E402,F401
+def _import_all() -> None:
+    """Import every module of this package so each algorithm file registers itself (no list to maintain)."""
+    import importlib
+    import pkgutil
+
+    for mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        if mod != "base" and not mod.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod}")
+
+
+_import_all()

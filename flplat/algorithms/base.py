@@ -164,8 +164,38 @@ class Strategy(ABC):
         return state.weights
 
     def round_metrics(self, state: ServerState) -> dict[str, float]:
-        """Method-specific per-round metrics (e.g. ``tau``)."""
+        """Method-specific per-round metrics (e.g. ``tau``), logged with step = round."""
         return {}
+
+    def series(self, state: ServerState) -> dict[str, list[tuple[int, float]]]:
+        """Curves over another axis, logged once at the end as metrics with their own steps and plotted
+        (e.g. ``{"silhouette_by_k": [(2, 0.41), (3, 0.57), ...]}``)."""
+        return {}
+
+    def artifacts(self, state: ServerState) -> dict[str, str]:
+        """Text artifacts written at the end of the run, by path (e.g. ``{"clustering/assignment.csv": ...}``)."""
+        return {}
+
+
+class ClusteredStrategy(Strategy):
+    """Base for methods with one model per cluster: ``state.clusters`` is ``(tau, P)``, ``state.assignment[k]``
+    the cluster of client k (-1: not assigned yet, such a client uses ``state.weights``)."""
+
+    def eval_weights(self, state: ServerState, client: int) -> torch.Tensor:
+        c = -1 if state.assignment is None else int(state.assignment[client])
+        return state.weights if c < 0 else state.clusters[c]
+
+    def global_weights(self, state: ServerState) -> torch.Tensor | None:
+        return None
+
+    def round_metrics(self, state: ServerState) -> dict[str, float]:
+        return {} if state.clusters is None else {"tau": float(state.clusters.shape[0])}
+
+    def artifacts(self, state: ServerState) -> dict[str, str]:
+        if state.assignment is None:
+            return {}
+        rows = "\n".join(f"{k},{int(c)}" for k, c in enumerate(state.assignment))
+        return {"clustering/assignment.csv": "client,cluster\n" + rows + "\n"}
 
 
 def sample_uniform(num_clients: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
