@@ -54,6 +54,29 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--host", default="127.0.0.1")
     u.add_argument("--port", type=int, default=5000)
 
+    t = sub.add_parser("tune", help="Optuna study over config keys (grid or free search), trials as nested MLflow runs",
+                       description="Run or resume an Optuna study. The objective is the validation accuracy of the "
+                                   "final models (set partition.val_fraction > 0).",
+                       epilog="example:\n  flplat tune configs/quickstart.yaml --space configs/search_spaces/"
+                              "table2.yaml algorithm.name=fedprox partition.train_fraction=0.7 "
+                              "partition.val_fraction=0.1", formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("config", help="base YAML config")
+    t.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides of the base config")
+    t.add_argument("--space", required=True, help="search-space YAML (configs/search_spaces/...)")
+    t.add_argument("--storage", default="sqlite:///mlruns/optuna.db",
+                   help="Optuna storage: an RDB URL or journal:PATH (default sqlite:///mlruns/optuna.db)")
+    t.add_argument("--study-name", default=None, help="default: <experiment>-<algorithm>-<space file>")
+    t.add_argument("--n-trials", type=int, default=None,
+                   help="trials to run now (default: the rest of the grid, or 20 for free search)")
+    t.add_argument("--progress", action="store_true", help="show each trial's round progress")
+
+    w = sub.add_parser("sweep", help="run one config for several seeds (nested MLflow runs, mean/std on the parent)",
+                       description="Run the same config for several seeds.")
+    w.add_argument("config")
+    w.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    w.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (default 0,1,2,3,4)")
+    w.add_argument("--progress", action="store_true")
+
     sub.add_parser("list", help="list datasets, partitions, models and algorithms",
                    description="List the registered datasets, partitions, models and algorithms.")
     return p
@@ -125,6 +148,28 @@ def cmd_ui(args) -> int:
     return 0  # not reached
 
 
+def cmd_tune(args) -> int:
+    from flplat.tuning import tune
+
+    out = tune(args.config, args.overrides, args.space, args.storage, args.study_name, args.n_trials, args.progress)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from flplat.tuning import sweep_seeds
+
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
+    rows = sweep_seeds(args.config, args.overrides, seeds, args.progress)
+    for r in rows:
+        shown = [f"{k}={r[k]:.4f}" for k in ("global_accuracy", "ad", "sdad") if k in r]
+        print(" ".join([f"seed={r['seed']}", *shown]))
+    return 0
+
+
 def cmd_list(args) -> int:
     from flplat.algorithms import ALGORITHMS
     from flplat.data.datasets import DATASETS
@@ -138,8 +183,15 @@ def cmd_list(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    handler = {"run": cmd_run, "partition-stats": cmd_partition_stats, "ui": cmd_ui, "list": cmd_list}[args.command]
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    # overrides may also follow options (flplat tune CONFIG --space S key=value)
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    handler = {"run": cmd_run, "partition-stats": cmd_partition_stats, "ui": cmd_ui, "list": cmd_list,
+               "tune": cmd_tune, "sweep": cmd_sweep}[args.command]
     try:
         return handler(args)
     except ConfigError as e:

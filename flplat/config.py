@@ -98,6 +98,7 @@ class TrackingConfig:
     run_name: str | None = None
     store_dir: str = "mlruns"
     plots: bool = True
+    parent_run_id: str | None = None  # nest this run under another (seed sweeps, tuning studies)
 
 
 @dataclass

@@ -132,18 +132,24 @@ class Orchestrator:
         m.update(strategy.round_metrics(self.state))
         if t % self.eval_every == 0 or t == self.rounds:
             m.update(self.evaluate())
+        if t == self.rounds and self.data.num_samples("val").sum() > 0:
+            val = self.evaluate("val")  # the tuning objective: validation accuracy of the final models
+            m.update({"val_accuracy": val["global_accuracy"], "val_loss": val["test_loss"]})
         m["round_time_s"] = time.perf_counter() - t0
         return m
 
-    def evaluate(self) -> dict[str, float]:
-        """Score every client on its test split with the model it would use; pooled test set if global."""
+    def evaluate(self, split: str = "test") -> dict[str, float]:
+        """Score every client on its ``split`` with the model it would use; on ``test`` also the pooled global
+        test set (single-model methods) and the per-client table."""
         requests = [(k, self.strategy.eval_weights(self.state, k)) for k in range(self.data.num_clients)]
-        res = self.executor.evaluate(requests, "test")
+        res = self.executor.evaluate(requests, split)
         correct = np.array([r.correct for r in res], dtype=float)
         n = np.array([r.num_samples for r in res], dtype=float)
         loss = np.array([r.loss_sum for r in res], dtype=float)
         out = summarize(correct, n)
         out["test_loss"] = float(loss.sum() / max(n.sum(), 1.0))
+        if split != "test":
+            return {k: float(v) for k, v in out.items()}
         gw = self.strategy.global_weights(self.state)
         if gw is not None:
             g = self.executor.evaluate_global(gw)

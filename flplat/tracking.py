@@ -84,9 +84,11 @@ class MlflowCallback(Callback):
     def on_start(self, orch: Orchestrator) -> None:
         from mlflow.entities import Metric, Param
 
-        run = self.client.create_run(self.experiment_id, run_name=self.cfg.run_name,
-                                     tags={"algorithm": str(self.params.get("algorithm.name")),
-                                           "dataset": str(self.params.get("data.name"))})
+        tags = {"algorithm": str(self.params.get("algorithm.name")), "dataset": str(self.params.get("data.name")),
+                "partition": str(self.params.get("partition.name"))}
+        if self.cfg.parent_run_id:
+            tags["mlflow.parentRunId"] = self.cfg.parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=self.cfg.run_name, tags=tags)
         self.run_id = run.info.run_id
         params = [Param(k, str(v)[:6000]) for k, v in sorted(self.params.items())]
         for i in range(0, len(params), 100):

@@ -1,0 +1,199 @@
+"""Optuna studies over config keys, and seed sweeps, each trial/seed an MLflow run nested under a parent run.
+
+Search-space files (``configs/search_spaces/*.yaml``) map an algorithm name (or ``common`` for keys every
+algorithm shares) to ``{dotted.config.key: spec}``. A spec is a list of values (a grid: Clust-PSI-PFL Table II)
+or a mapping ``{low, high, log?, step?}`` (a range for free search with TPE). A grid study uses Optuna's
+GridSampler over exactly the listed values; the objective is the validation accuracy of the final models
+(``val_accuracy``: configure ``partition.val_fraction`` > 0) and falls back to ``global_accuracy`` (test)
+with a warning when there is no validation split.
+
+Storage: ``sqlite:///mlruns/optuna.db`` by default; any RDB URL, or ``journal:PATH`` for Optuna's journal
+file storage, lets several workers share a study. Re-running the same command resumes the study. Grid
+workers running concurrently can draw the same point (Optuna's GridSampler documents this): a trial whose
+params were already completed reuses the stored value instead of training again.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from flplat.config import ConfigError, load_config
+
+
+def load_space(path: str | Path, algorithm: str) -> dict[str, Any]:
+    """The search space for ``algorithm``: its own keys plus the ``common`` ones."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"search-space file {str(path)!r} does not exist; see configs/search_spaces/")
+    raw = OmegaConf.to_container(OmegaConf.load(p), resolve=True) or {}
+    if algorithm not in raw and "common" not in raw:
+        raise ConfigError(f"search space {str(path)!r} has no section {algorithm!r}; sections: {', '.join(raw)}")
+    space = dict(raw.get("common") or {})
+    space.update(raw.get(algorithm) or {})
+    if not space:
+        raise ConfigError(f"search space {str(path)!r} is empty for algorithm {algorithm!r}")
+    for key, spec in space.items():
+        ok = (isinstance(spec, list) and spec) or (isinstance(spec, dict) and {"low", "high"} <= set(spec))
+        if not ok:
+            raise ConfigError(f"search space key {key!r}: give a non-empty list of values or {{low, high[, log]}}")
+    return space
+
+
+def is_grid(space: dict[str, Any]) -> bool:
+    return all(isinstance(v, list) for v in space.values())
+
+
+def grid_size(space: dict[str, Any]) -> int:
+    return math.prod(len(v) for v in space.values())
+
+
+def make_storage(url: str):
+    import optuna
+
+    if url.startswith("journal:"):
+        path = Path(url[len("journal:"):])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    return url
+
+
+def _suggest(trial, key: str, spec) -> Any:
+    if isinstance(spec, list):
+        return trial.suggest_categorical(key, spec)
+    low, high = spec["low"], spec["high"]
+    if isinstance(low, int) and isinstance(high, int) and not spec.get("log") and "step" not in spec:
+        return trial.suggest_int(key, low, high)
+    return trial.suggest_float(key, float(low), float(high), log=bool(spec.get("log", False)),
+                               step=spec.get("step"))
+
+
+def _fmt(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def tune(config: str, overrides: list[str], space_path: str, storage: str, study_name: str | None,
+         n_trials: int | None, progress: bool = False) -> dict[str, Any]:
+    """Run (or resume) a study; returns the best params and value."""
+    import optuna
+
+    from flplat.experiment import run
+
+    base = load_config(config, overrides)  # validates the base config before anything is created
+    algo = base.algorithm.name
+    space = load_space(space_path, algo)
+    for key, spec in space.items():  # every key must be a valid override of the base config
+        first = spec[0] if isinstance(spec, list) else spec["low"]
+        load_config(config, [*overrides, f"{key}={_fmt(first)}"])
+    grid = is_grid(space)
+    sampler = (optuna.samplers.GridSampler(space, seed=int(base.seed)) if grid
+               else optuna.samplers.TPESampler(seed=int(base.seed)))
+    name = study_name or f"{base.tracking.experiment}-{algo}-{Path(space_path).stem}"
+    study = optuna.create_study(study_name=name, storage=make_storage(storage), sampler=sampler,
+                                direction="maximize", load_if_exists=True)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if n_trials is None:
+        n_trials = max(grid_size(space) - len(done), 0) if grid else 20
+    parent = _parent_run(base, name, space_path) if base.tracking.enabled else None
+    objective_key = "val_accuracy" if base.partition.val_fraction > 0 else "global_accuracy"
+    if objective_key != "val_accuracy":
+        print("flplat tune: partition.val_fraction is 0; optimising test accuracy (set a validation split)",
+              file=sys.stderr)
+
+    def objective(trial):
+        values = {k: _suggest(trial, k, spec) for k, spec in space.items()}
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if t.params == values:  # a concurrent grid worker already ran this point
+                return t.value
+        over = [*overrides, *(f"{k}={_fmt(v)}" for k, v in values.items()),
+                f"tracking.run_name={name}-trial{trial.number}"]
+        if parent:
+            over.append(f"tracking.parent_run_id={parent}")
+        summary, run_id = run(load_config(config, over), progress=progress)
+        if run_id:
+            trial.set_user_attr("mlflow_run_id", run_id)
+        return summary.metrics[objective_key]
+
+    status = "FAILED"
+    try:
+        if n_trials > 0:
+            study.optimize(objective, n_trials=n_trials)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        if parent:
+            _finish_parent(base, parent, study, status)
+    best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
+    return {"study": name, "trials": len(study.trials), "best_params": best.params if best else None,
+            "best_value": best.value if best else None, "objective": objective_key}
+
+
+def _client(cfg):
+    from mlflow.tracking import MlflowClient
+
+    from flplat.tracking import store_uris
+
+    uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    exp_id = exp.experiment_id if exp else client.create_experiment(cfg.tracking.experiment,
+                                                                    artifact_location=artifacts)
+    return client, exp_id
+
+
+def _parent_run(cfg, name: str, kind: str) -> str:
+    client, exp_id = _client(cfg)
+    run = client.create_run(exp_id, run_name=name, tags={"flplat.kind": kind, "algorithm": cfg.algorithm.name})
+    return run.info.run_id
+
+
+def _finish_parent(cfg, run_id: str, study, status: str) -> None:
+    client, _ = _client(cfg)
+    try:
+        done = [t for t in study.trials if t.value is not None]
+        if done:
+            best = max(done, key=lambda t: t.value)
+            client.log_metric(run_id, "best_value", best.value)
+            client.log_text(run_id, OmegaConf.to_yaml(OmegaConf.create(best.params)), "best_params.yaml")
+    finally:
+        client.set_terminated(run_id, status)
+
+
+def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: bool = False) -> list[dict]:
+    """Run the same config for several seeds, nested under one parent run; returns each seed's last metrics."""
+    from flplat.experiment import run
+
+    base = load_config(config, overrides)
+    cfgs = [load_config(config, [*overrides, f"seed={s}"]) for s in seeds]  # validate all before running
+    parent = _parent_run(base, f"{base.algorithm.name}-seeds-{'-'.join(map(str, seeds))}", "seed-sweep") \
+        if base.tracking.enabled else None
+    out, status = [], "FAILED"
+    try:
+        for s, cfg in zip(seeds, cfgs):
+            if parent:
+                cfg.tracking.parent_run_id = parent
+            summary, _ = run(cfg, progress=progress)
+            out.append({"seed": s, **summary.metrics})
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        if parent:
+            client, _ = _client(base)
+            for key in ("global_accuracy", "ad", "sdad", "global_test_accuracy", "val_accuracy"):
+                vals = [o[key] for o in out if key in o]
+                if vals:
+                    client.log_metric(parent, f"{key}_mean", statistics.fmean(vals))
+                    client.log_metric(parent, f"{key}_std", statistics.pstdev(vals))
+            client.set_terminated(parent, status)
+    return out

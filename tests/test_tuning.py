@@ -1,0 +1,69 @@
+"""`flplat tune` (Optuna grid, resumable, nested MLflow runs) and seed sweeps."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import tiny_overrides
+
+from flplat.config import ConfigError
+from flplat.tuning import grid_size, load_space, sweep_seeds, tune
+
+
+def _space(tmp_path, text):
+    p = tmp_path / "space.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def _over(tmp_path, **kw):
+    return tiny_overrides(**{"tracking.enabled": "true", "tracking.store_dir": str(tmp_path / "mlruns"),
+                             "partition.train_fraction": 0.6, "partition.val_fraction": 0.2, "federation.rounds": 1,
+                             "algorithm.name": "fedprox", **kw})
+
+
+def test_space_merges_common_and_algorithm(tmp_path):
+    path = _space(tmp_path, "common:\n  federation.batch_size: [16, 32]\nfedprox:\n  algorithm.mu: [0.0, 0.1, 1.0]\n")
+    s = load_space(path, "fedprox")
+    assert s == {"federation.batch_size": [16, 32], "algorithm.mu": [0.0, 0.1, 1.0]} and grid_size(s) == 6
+    with pytest.raises(ConfigError):
+        load_space(_space(tmp_path, "fedprox:\n  algorithm.mu: []\n"), "fedprox")
+
+
+def test_table2_space_file_is_valid():
+    from conftest import REPO
+
+    s = load_space(REPO / "configs/search_spaces/table2.yaml", "fedprox")
+    assert s["algorithm.mu"] == [0.001, 0.01, 0.1] and grid_size(s) == 3 * 3 * 3 * 2
+
+
+def test_grid_study_runs_every_point_once_and_resumes(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    space = _space(tmp_path, "fedprox:\n  algorithm.mu: [0.0, 0.5]\n")
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    out = tune(None, _over(tmp_path), space, storage, "s", None)
+    assert out["trials"] == 2 and out["objective"] == "val_accuracy"
+    assert out["best_params"]["algorithm.mu"] in (0.0, 0.5)
+    again = tune(None, _over(tmp_path), space, storage, "s", None)  # resume: nothing left to run
+    assert again["trials"] == 2
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 2 and len(parents) == 2  # one parent per invocation
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} <= {p.info.run_id for p in parents}
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_journal_storage_and_bad_key(tmp_path):
+    space = _space(tmp_path, "fedprox:\n  algorithm.nope: [1, 2]\n")
+    with pytest.raises(ConfigError, match="algorithm.nope"):
+        tune(None, _over(tmp_path), space, f"journal:{tmp_path}/j.log", None, None)
+    ok = _space(tmp_path, "fedprox:\n  algorithm.mu: [0.1]\n")
+    out = tune(None, _over(tmp_path, **{"tracking.enabled": "false"}), ok, f"journal:{tmp_path}/j.log", None, None)
+    assert out["trials"] == 1
+
+
+def test_seed_sweep(tmp_path):
+    rows = sweep_seeds(None, _over(tmp_path), [0, 1])
+    assert [r["seed"] for r in rows] == [0, 1] and rows[0]["global_accuracy"] != rows[1]["global_accuracy"]
