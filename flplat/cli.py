@@ -92,6 +92,10 @@ def cmd_run(args) -> int:
     from flplat.experiment import run
 
     summary, run_id = run(cfg, progress=not args.no_progress)
+    from flplat.sharding import is_main_process
+
+    if not is_main_process():
+        return 0
     m = summary.metrics
     keys = ("global_accuracy", "ad", "sdad", "global_test_accuracy", "train_loss")
     print(" ".join(f"{k}={m[k]:.4f}" for k in keys if k in m))

@@ -7,6 +7,7 @@ lacks) happens in :func:`prepare`, before any MLflow run exists; :func:`run` the
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -25,32 +26,41 @@ from flplat.data.datasets import load_dataset
 from flplat.data.partitions import build_federation
 from flplat.metrics.noniid import noniid_summary
 from flplat.models import build_model
-from flplat.orchestrator import Callback, LocalExecutor, Orchestrator, RunSummary
+from flplat.orchestrator import Callback, Orchestrator, RunSummary
+from flplat.sharding import default_threads, is_main_process, make_executor
 from flplat.state import derive_seed
 
 log = logging.getLogger("flplat")
 
 
 def build_fabric(fcfg):
-    """A Lightning Fabric for one process; sharding over several processes comes with the sharded executor."""
+    """A launched Lightning Fabric: one process, or several (``fabric.devices`` × ``fabric.num_nodes``) that
+    shard each round's clients (see :mod:`flplat.sharding`)."""
     from lightning.fabric import Fabric
 
-    if fcfg.num_threads > 0:
-        torch.set_num_threads(fcfg.num_threads)
-    devices = fcfg.devices
-    if str(devices) not in ("1", "auto") or fcfg.num_nodes != 1:
-        raise ConfigError(f"fabric.devices={devices!r}, fabric.num_nodes={fcfg.num_nodes!r}: this build runs clients "
-                          "in one process; allowed: fabric.devices=1 and fabric.num_nodes=1")
     accel = fcfg.accelerator
     if accel in ("cuda", "gpu") and not torch.cuda.is_available():
         raise ConfigError(f"fabric.accelerator={accel!r} but no CUDA device is visible; allowed here: cpu, auto")
+    devices = fcfg.devices
+    if isinstance(devices, str) and devices.isdigit():
+        devices = int(devices)
+    if isinstance(devices, int) and devices < 1:
+        raise ConfigError(f"fabric.devices={devices!r} is out of range; allowed: an integer >= 1, a list or 'auto'")
+    multi = fcfg.num_nodes > 1 or devices not in (1, "1") or "WORLD_SIZE" in os.environ
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return Fabric(accelerator=accel, devices=1, num_nodes=1, precision=str(fcfg.precision))
+            fabric = Fabric(accelerator=accel, devices=devices, num_nodes=fcfg.num_nodes,
+                            strategy="ddp" if multi else "auto", precision=str(fcfg.precision))
         except (ValueError, RuntimeError, TypeError) as e:
             msg = str(e).strip().splitlines()[0]
-            raise ConfigError(f"fabric.precision={fcfg.precision!r} is not usable on {accel}: {msg}") from None
+            raise ConfigError(f"fabric.precision={fcfg.precision!r} / fabric.devices={devices!r} not usable on "
+                              f"{accel}: {msg}") from None
+        fabric.launch()
+    threads = fcfg.num_threads or (default_threads(fabric.world_size) if fabric.world_size > 1 else 0)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    return fabric
 
 
 @dataclass
@@ -119,16 +129,17 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     p = prepare(cfg)
     cbs = list(callbacks)
     tracker = None
-    if progress:
+    main = is_main_process()  # with sharded execution only global rank 0 shows progress and tracks
+    if progress and main:
         cbs.append(ProgressCallback(int(cfg.federation.rounds), f"{cfg.algorithm.name}/{cfg.data.name}"))
-    if cfg.tracking.enabled:
+    if cfg.tracking.enabled and main:
         from flplat.tracking import MlflowCallback
 
         sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
         tracker = MlflowCallback(cfg.tracking, flatten(cfg), to_yaml(cfg), p.partition_metrics,
                                  p.data.label_counts("all"), sizes)
         cbs.insert(0, tracker)
-    orch = Orchestrator(p.strategy, LocalExecutor(p.trainer, p.data, int(cfg.seed)), p.data,
+    orch = Orchestrator(p.strategy, make_executor(p.trainer, p.data, int(cfg.seed)), p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs)
     summary = orch.run(p.init_weights)
     return summary, (tracker.run_id if tracker else None)

@@ -1,0 +1,97 @@
+"""Sharded client execution: a round's clients split over Fabric processes (CPU/gloo or GPU/NCCL).
+
+Every process runs the same program (SPMD): the same data, partition, model initialisation, strategy and
+server RNG, so all processes select and plan the same clients. Each process trains only its share of the
+round's clients (balanced by data size with a longest-processing-time-first assignment), then the results are
+all-gathered — weights as one padded ``(ranks, m, P)`` tensor collective, the small metadata as objects — and
+every process aggregates the identical, identically ordered result list. The strategy therefore runs unchanged
+and gives the same result as in one process, up to the floating-point effects of different thread counts.
+Client evaluation is sharded and gathered the same way. Client models are never wrapped in DDP.
+
+Launch: ``fabric.devices=N`` (and ``fabric.num_nodes``) on one machine — Fabric re-executes the command in
+N−1 child processes — or under ``torchrun`` / SLURM, whose environment Fabric detects. Only the process of
+global rank 0 tracks to MLflow and shows progress.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult
+from flplat.orchestrator import LocalExecutor
+
+
+def balance(sizes: Sequence[int], ranks: int) -> list[list[int]]:
+    """Positions of ``sizes`` per rank, greedily balancing the total size (LPT); deterministic."""
+    heap = [(0, r) for r in range(ranks)]
+    out: list[list[int]] = [[] for _ in range(ranks)]
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        load, r = heapq.heappop(heap)
+        out[r].append(i)
+        heapq.heappush(heap, (load + int(sizes[i]), r))
+    return [sorted(o) for o in out]
+
+
+class ShardedExecutor(LocalExecutor):
+    """A :class:`LocalExecutor` whose work is split over the processes of an initialised Fabric."""
+
+    @property
+    def fabric(self):
+        return self.trainer.fabric
+
+    def _gather_objects(self, obj):
+        out = [None] * self.fabric.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def train(self, plans: Sequence[tuple[int, ClientPlan]], round: int) -> list[ClientResult]:
+        fab = self.fabric
+        sizes = [len(p.indices) if p.indices is not None else len(self.data.indices(c, "train")) for c, p in plans]
+        mine = balance(sizes, fab.world_size)[fab.global_rank]
+        local = super().train([plans[i] for i in mine], round)
+        meta = [(i, r.client, r.num_samples, r.train_loss, r.num_steps, r.extra, r.extra_bytes_up)
+                for i, r in zip(mine, local)]
+        metas = self._gather_objects(meta)
+        width = max(len(m) for m in metas)
+        size = self.trainer.layout.size
+        buf = torch.zeros(width, size, device=fab.device)
+        for j, r in enumerate(local):
+            buf[j] = r.weights
+        gathered = fab.all_gather(buf)  # (ranks, width, P)
+        results: list[ClientResult | None] = [None] * len(plans)
+        for rank, m in enumerate(metas):
+            for j, (i, client, n, loss, steps, extra, up) in enumerate(m):
+                results[i] = ClientResult(client, gathered[rank, j].clone(), n, loss, steps, extra, up)
+        return results
+
+    def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
+        fab = self.fabric
+        sizes = [len(self.data.indices(c, split)) for c, _ in requests]
+        mine = balance(sizes, fab.world_size)[fab.global_rank]
+        local = super().evaluate([requests[i] for i in mine], split)
+        out: list[EvalResult | None] = [None] * len(requests)
+        for part in self._gather_objects(list(zip(mine, local))):
+            for i, r in part:
+                out[i] = r
+        return out
+
+
+def is_main_process() -> bool:
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def default_threads(world_size: int) -> int:
+    import os
+
+    return max(1, (os.cpu_count() or 1) // max(world_size, 1))
+
+
+def make_executor(trainer, data, seed: int) -> LocalExecutor:
+    if trainer.fabric.world_size > 1:
+        return ShardedExecutor(trainer, data, seed)
+    return LocalExecutor(trainer, data, seed)
+
