@@ -61,11 +61,12 @@ class ShardedExecutor(LocalExecutor):
         buf = torch.zeros(width, size, device=fab.device)
         for j, r in enumerate(local):
             buf[j] = r.weights
-        gathered = fab.all_gather(buf)  # (ranks, width, P)
+        gathered = [torch.empty_like(buf) for _ in range(fab.world_size)]
+        dist.all_gather(gathered, buf)  # on the process group Fabric initialised: per rank (width, P)
         results: list[ClientResult | None] = [None] * len(plans)
         for rank, m in enumerate(metas):
             for j, (i, client, n, loss, steps, extra, up) in enumerate(m):
-                results[i] = ClientResult(client, gathered[rank, j].clone(), n, loss, steps, extra, up)
+                results[i] = ClientResult(client, gathered[rank][j].clone(), n, loss, steps, extra, up)
         return results
 
     def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
