@@ -77,6 +77,27 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (default 0,1,2,3,4)")
     w.add_argument("--progress", action="store_true")
 
+    tb = sub.add_parser("table", help="paper-style tables (Table III accuracy / Table IV AD±SDAD) from MLflow runs",
+                        description="Aggregate the FINISHED runs of an MLflow experiment into a markdown table: "
+                                    "rows = algorithms, columns = partition settings, cells over seeds.")
+    tb.add_argument("--experiment", required=True, help="MLflow experiment name")
+    tb.add_argument("--kind", choices=("accuracy", "fairness"), default="accuracy",
+                    help="accuracy: global accuracy mean ± std; fairness: AD ± SDAD")
+    tb.add_argument("--group-by", default="", help="comma-separated params that split rows, e.g. "
+                                                   "partition.num_clients")
+    tb.add_argument("--store-dir", default="mlruns")
+
+    npl = sub.add_parser("noniid-plot", help="Fig. 3: WPSI / HD / JSD / EMD against Dirichlet α and Similarity S",
+                         description="Partition a dataset for several α and S values and plot the non-IID metrics "
+                                     "(means over seeds); also prints them as JSON.")
+    npl.add_argument("--dataset", default="digits")
+    npl.add_argument("--clients", type=int, default=10)
+    npl.add_argument("--alphas", default="50,5,1,0.7,0.5,0.3,0.2,0.1,0.09,0.07,0.05")
+    npl.add_argument("--s-values", default="1,0.9,0.7,0.5,0.3,0.2,0.1,0.07,0.05,0.03,0")
+    npl.add_argument("--seeds", default="0,1,2,3,4")
+    npl.add_argument("--data-root", default=None)
+    npl.add_argument("--out", default="noniid.png", help="output image (default noniid.png)")
+
     sub.add_parser("list", help="list datasets, partitions, models and algorithms",
                    description="List the registered datasets, partitions, models and algorithms.")
     return p
@@ -174,6 +195,44 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag}={text!r} must be comma-separated numbers") from None
+
+
+def cmd_table(args) -> int:
+    from flplat.reports import collect_runs, runs_table
+    from flplat.tracking import store_uris
+
+    uri, _ = store_uris(None, args.store_dir)
+    rows = collect_runs(args.experiment, uri)
+    if not rows:
+        raise ConfigError(f"--experiment={args.experiment!r} has no finished runs in {uri}")
+    group = [g for g in args.group_by.split(",") if g]
+    print(runs_table(rows, args.kind, group))
+    return 0
+
+
+def cmd_noniid_plot(args) -> int:
+    from flplat.config import load_config
+    from flplat.data.datasets import load_dataset
+    from flplat.reports import noniid_curves, plot_noniid_curves
+    from flplat.state import derive_seed
+
+    over = [f"data.name={args.dataset}"] + ([f"data.root={args.data_root}"] if args.data_root else [])
+    cfg = load_config(None, over)
+    seeds = [int(x) for x in _floats(args.seeds, "--seeds")]
+    dataset = load_dataset(cfg.data, derive_seed(0, "data"))
+    curves = noniid_curves(dataset, args.clients, _floats(args.alphas, "--alphas"),
+                           _floats(args.s_values, "--s-values"), seeds)
+    plot_noniid_curves(curves, args.out)
+    print(json.dumps(curves, indent=2))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
 def cmd_list(args) -> int:
     from flplat.algorithms import ALGORITHMS
     from flplat.data.datasets import DATASETS
@@ -195,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handler = {"run": cmd_run, "partition-stats": cmd_partition_stats, "ui": cmd_ui, "list": cmd_list,
-               "tune": cmd_tune, "sweep": cmd_sweep}[args.command]
+               "tune": cmd_tune, "sweep": cmd_sweep, "table": cmd_table, "noniid-plot": cmd_noniid_plot}[args.command]
     try:
         return handler(args)
     except ConfigError as e:

@@ -1,0 +1,132 @@
+"""Paper-style tables and figures from MLflow runs and from partitions.
+
+* :func:`runs_table` — Clust-PSI-PFL Table III (mean ± std of the final ``global_accuracy`` over seeds) and
+  Table IV (AD ± SDAD) style tables: one row per algorithm, one column per partition setting
+  (``dirichlet α=…`` / ``similarity S=…``), from the FINISHED runs of an MLflow experiment.
+* :func:`noniid_curves` — Fig. 3: WPSI against α and S with Hellinger / JSD / EMD, computed from the partitions
+  themselves (no training), averaged over seeds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def _setting(params: dict[str, str]) -> str:
+    name = params.get("partition.name", "?")
+    if name == "dirichlet":
+        return f"dirichlet α={float(params['partition.alpha']):g}"
+    if name == "similarity":
+        return f"similarity S={float(params['partition.similarity']):g}"
+    return name
+
+
+def _setting_order(s: str) -> tuple:
+    kind, _, val = s.partition(" ")
+    v = float(val.split("=")[1]) if "=" in val else 0.0
+    return (kind, -v)  # decreasing α / S: from IID towards pathological skew, as in the paper's tables
+
+
+def collect_runs(experiment: str, uri: str) -> list[dict[str, Any]]:
+    """Final metrics and params of every FINISHED, non-parent run of an experiment."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    rows, token = [], None
+    while True:
+        page = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'", max_results=1000,
+                                  page_token=token)
+        for r in page:
+            if "algorithm.name" in r.data.params and "global_accuracy" in r.data.metrics:
+                rows.append({"params": r.data.params, "metrics": r.data.metrics, "run_id": r.info.run_id})
+        token = page.token
+        if not token:
+            return rows
+
+
+def runs_table(rows: Sequence[dict[str, Any]], kind: str = "accuracy", group_by: Sequence[str] = ()) -> str:
+    """A markdown table. ``kind``: ``accuracy`` (global_accuracy mean ± std over runs) or ``fairness``
+    (mean AD ± mean SDAD). ``group_by``: extra params that split rows (e.g. ``partition.num_clients``)."""
+    cells: dict[tuple[str, str], list[dict[str, float]]] = defaultdict(list)
+    for r in rows:
+        p = r["params"]
+        row = " ".join([p["algorithm.name"], *(f"{k.split('.')[-1]}={p.get(k)}" for k in group_by)])
+        cells[(row, _setting(p))].append(r["metrics"])
+    rows_ = sorted({k[0] for k in cells})
+    cols = sorted({k[1] for k in cells}, key=_setting_order)
+
+    def fmt(ms: list[dict[str, float]]) -> str:
+        if not ms:
+            return "—"
+        if kind == "fairness":
+            return f"{statistics.fmean(m['ad'] for m in ms):.2f} ± {statistics.fmean(m['sdad'] for m in ms):.2f}"
+        vals = [m["global_accuracy"] for m in ms]
+        return f"{statistics.fmean(vals):.2f} ± {statistics.pstdev(vals):.2f} (n={len(vals)})"
+
+    head = "| algorithm | " + " | ".join(cols) + " |"
+    sep = "|---|" + "---|" * len(cols)
+    body = [f"| {r} | " + " | ".join(fmt(cells.get((r, c), [])) for c in cols) + " |" for r in rows_]
+    return "\n".join([head, sep, *body])
+
+
+def noniid_curves(dataset, num_clients: int, alphas: Sequence[float], s_values: Sequence[float],
+                  seeds: Sequence[int], min_samples: int = 10) -> dict[str, list[dict[str, float]]]:
+    """WPSI, Hellinger, JSD and EMD (means over seeds) for each α (Dirichlet) and S (Similarity)."""
+    from flplat.config import PartitionConfig
+    from flplat.data.partitions import InfeasiblePartitionError, build_federation
+    from flplat.metrics.noniid import noniid_summary
+
+    out: dict[str, list[dict[str, float]]] = {"dirichlet": [], "similarity": []}
+    for name, values, key in (("dirichlet", alphas, "alpha"), ("similarity", s_values, "similarity")):
+        for v in values:
+            runs = []
+            for seed in seeds:
+                cfg = PartitionConfig(name=name, num_clients=num_clients, min_samples=min_samples, **{key: v})
+                try:
+                    fed = build_federation(dataset, cfg, seed)
+                except InfeasiblePartitionError:
+                    continue
+                runs.append(noniid_summary(fed.label_counts("all")))
+            if runs:
+                out[name].append({key: v, **{m: float(np.mean([r[m] for r in runs])) for m in runs[0]},
+                                  "seeds": len(runs)})
+    return out
+
+
+def plot_noniid_curves(curves: dict[str, list[dict[str, float]]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, (name, key, label) in zip(axes, (("dirichlet", "alpha", "Dirichlet α"),
+                                             ("similarity", "similarity", "Similarity S"))):
+        pts = curves.get(name) or []
+        if not pts:
+            ax.set_visible(False)
+            continue
+        x = [p[key] for p in pts]
+        ax.plot(x, [p["wpsi"] for p in pts], "o-", color="purple", label="WPSI")
+        ax.set(xlabel=label, ylabel="WPSI")
+        if name == "dirichlet":
+            ax.set_xscale("log")
+        ax2 = ax.twinx()
+        for m, style in (("hellinger", "s--"), ("jsd", "^--"), ("emd", "d--")):
+            ax2.plot(x, [p[m] for p in pts], style, alpha=0.7, label=m.upper() if m != "hellinger" else "HD")
+        ax2.set_ylabel("HD / JSD / EMD")
+        lines = ax.get_legend_handles_labels()
+        lines2 = ax2.get_legend_handles_labels()
+        ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper right")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
