@@ -9,7 +9,7 @@ Each round runs FedAvg on the clients (sample-weighted mean ``avg`` of their mod
 server optimizer :mod:`flplat.server_opt` from the global model towards it; its state (moments, step count)
 lives in ``state.opt``. FedAvg is FedOpt with server SGD at η = 1 (``fedopt``'s default). The named variants
 differ only in their Config defaults: the best values of Clust-PSI-PFL's Table II grid search
-(configs/search_spaces/table2_fedopt.yaml holds the grids).
+(configs/search_spaces/table2.yaml holds the grids).
 
 Choices where the sources leave room (all Config keys):
 
