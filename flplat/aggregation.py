@@ -39,8 +39,7 @@ def fedavg_by_group(results: Sequence, groups, current: torch.Tensor) -> torch.T
         return out
     w, n = stack(results)
     g = torch.as_tensor(list(groups), dtype=torch.long, device=w.device)
-    sums = torch.zeros_like(out).index_add_(0, g, w * n[:, None])
-    tot = torch.zeros(out.shape[0], dtype=w.dtype, device=w.device).index_add_(0, g, n)
-    hit = tot > 0
-    out[hit] = sums[hit] / tot[hit, None]
+    for k in torch.unique(g).tolist():  # same arithmetic as `fedavg`, so one group reproduces FedAvg exactly
+        sel = g == k
+        out[k] = weighted_mean(w[sel], n[sel])
     return out

@@ -1,0 +1,67 @@
+"""Benchmark: Clust-PSI-PFL's silhouette search for the number of clusters at K = 100, 1,000 and 5,000 clients.
+
+Descriptors are those the algorithm builds: label counts of K clients (200 samples each, C = 10 classes,
+Dirichlet(alpha) label skew) -> [PSI_i, PSI_i,1..C] (C + 1 = 11 features) -> StandardScaler. Timed: only
+:func:`flplat.clustering.silhouette_kmeans` with the algorithm's default config (``max_clusters``,
+``silhouette_sample``, ``n_init``), median over ``--repeats`` runs after one untimed warm-up.
+
+    python tools/bench_clustering.py
+    python tools/bench_clustering.py --clients 100 1000 --max-clusters 0 --sample 0   # paper: j = 2..K-1, exact
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.preprocessing import StandardScaler
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from flplat.algorithms.clust_psi_pfl import ClustPSIPFL, psi_descriptors  # noqa: E402
+from flplat.clustering import silhouette_kmeans  # noqa: E402
+
+
+def descriptors(K: int, C: int, alpha: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    counts = np.stack([rng.multinomial(200, rng.dirichlet(np.full(C, alpha))) for _ in range(K)])
+    return StandardScaler().fit_transform(psi_descriptors(counts, ClustPSIPFL.Config().eps))
+
+
+def main() -> None:
+    d = ClustPSIPFL.Config()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, nargs="+", default=[100, 1000, 5000])
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--alpha", type=float, default=0.3)
+    ap.add_argument("--max-clusters", type=int, default=d.max_clusters, help="0: K - 1 (the paper)")
+    ap.add_argument("--sample", type=int, default=d.silhouette_sample, help="0: every client")
+    ap.add_argument("--n-init", type=int, default=d.n_init)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    k_max, sample = a.max_clusters or None, a.sample or None
+    print(f"max_clusters={k_max} silhouette_sample={sample} n_init={a.n_init} C+1={a.classes + 1} "
+          f"alpha={a.alpha} repeats={a.repeats}")
+    print(f"{'K':>6} {'median_s':>9} {'min_s':>7} {'tau':>4} {'silhouette':>10} candidates")
+    for K in a.clients:
+        X = descriptors(K, a.classes, a.alpha, a.seed)
+        times = []
+        for r in range(a.repeats + 1):
+            t0 = time.perf_counter()
+            res = silhouette_kmeans(X, k_max=k_max, n_init=a.n_init, subsample=sample,
+                                    rng=np.random.default_rng(a.seed))
+            if r:  # the first run is the warm-up
+                times.append(time.perf_counter() - t0)
+        js = sorted(res.scores)
+        span = f"{js[0]}..{js[-1]}" if js else "-"
+        print(f"{K:>6} {statistics.median(times):>9.3f} {min(times):>7.3f} {res.k:>4} {res.silhouette:>10.4f} {span}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
