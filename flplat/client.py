@@ -16,6 +16,8 @@ Batches: the last batch of an epoch is merged into the previous one when it woul
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 
 import lightning as L
@@ -23,10 +25,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from lightning.fabric import Fabric
+from lightning.fabric.plugins.precision import Precision
 from torch import nn
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, HookContext, LocalHook
 from flplat.state import ParamLayout
+
+_NVML_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 class ClientModule(L.LightningModule):
@@ -90,11 +95,32 @@ class ClientTrainer:
         self.local_epochs = local_epochs
         self.eval_batch_size = eval_batch_size
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
+        self._plain = (type(fabric.strategy.precision) is Precision
+                       and fabric.world_size == 1 and fabric.strategy.__class__.__name__ == "SingleDeviceStrategy")
         self._part_params = {
             "all": self.params,
             "features": list(net.features.parameters()) if hasattr(net, "features") else self.params,
             "head": list(net.head.parameters()) if hasattr(net, "head") else self.params,
         }
+
+    def _seed_device_rng(self, seed: int) -> None:
+        # torch.manual_seed would also seed (and record stack traces for) every lazily-initialised backend
+        torch.default_generator.manual_seed(seed)
+        if self.fabric.device.type == "cuda":
+            torch.cuda.manual_seed(seed)
+
+    @contextlib.contextmanager
+    def _cpu_env(self):
+        """On CPU, train without ``PYTORCH_NVML_BASED_CUDA_CHECK`` (set by ``import lightning``): with it, every
+        optimizer step queries NVML for CUDA availability (~70–100 µs; see docs/performance.md)."""
+        if self.fabric.device.type != "cpu" or _NVML_VAR not in os.environ:
+            yield
+            return
+        saved = os.environ.pop(_NVML_VAR)
+        try:
+            yield
+        finally:
+            os.environ[_NVML_VAR] = saved
 
     def initial_weights(self) -> torch.Tensor:
         return self.layout.flatten()
@@ -126,7 +152,7 @@ class ClientTrainer:
         module.hooks = plan.hooks
         for h in plan.hooks:
             h.setup(self.hook_ctx)
-        torch.manual_seed(seed)  # dropout and other in-model randomness of this client-round
+        self._seed_device_rng(seed)  # dropout and other in-model randomness of this client-round
         gen = torch.Generator().manual_seed(seed)
         idx = torch.as_tensor(indices, dtype=torch.long)
         n = len(idx)
@@ -135,19 +161,26 @@ class ClientTrainer:
         module.train()
         loss_sum = torch.zeros((), device=fabric.device)
         steps = 0
-        for _ in range(epochs):
-            order = idx[torch.randperm(n, generator=gen)].to(fabric.device)
-            for a, b in bounds:
-                sel = order[a:b]
-                with fabric.autocast():
-                    loss = module.training_step((self.x[sel], self.y[sel]), steps)
-                opt.zero_grad(set_to_none=True)
-                fabric.backward(loss)
-                opt.step()
-                for h in plan.hooks:
-                    h.after_step(self.hook_ctx)
-                loss_sum += loss.detach().float()
-                steps += 1
+        with self._cpu_env():
+            for _ in range(epochs):
+                order = idx[torch.randperm(n, generator=gen)].to(fabric.device)
+                for a, b in bounds:
+                    sel = order[a:b]
+                    if self._plain:  # fp32 on one device: Fabric's wrappers would only add per-step overhead
+                        loss = module.training_step((self.x[sel], self.y[sel]), steps)
+                        opt.optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                        opt.optimizer.step()
+                    else:
+                        with fabric.autocast():
+                            loss = module.training_step((self.x[sel], self.y[sel]), steps)
+                        opt.zero_grad(set_to_none=True)
+                        fabric.backward(loss)
+                        opt.step()
+                    for h in plan.hooks:
+                        h.after_step(self.hook_ctx)
+                    loss_sum += loss.detach().float()
+                    steps += 1
         module.hooks = ()
         self._set_trainable("all")
         mean_loss = (loss_sum / max(steps, 1)).item()

@@ -139,7 +139,9 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         tracker = MlflowCallback(cfg.tracking, flatten(cfg), to_yaml(cfg), p.partition_metrics,
                                  p.data.label_counts("all"), sizes)
         cbs.insert(0, tracker)
-    orch = Orchestrator(p.strategy, make_executor(p.trainer, p.data, int(cfg.seed)), p.data,
+    f = cfg.federation
+    executor = make_executor(p.trainer, p.data, int(cfg.seed), bool(f.vectorize), int(f.vectorize_group))
+    orch = Orchestrator(p.strategy, executor, p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs)
     summary = orch.run(p.init_weights)
     return summary, (tracker.run_id if tracker else None)

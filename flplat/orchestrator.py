@@ -29,16 +29,35 @@ class LocalExecutor:
     :class:`~flplat.algorithms.base.FederationOps` they may call), so sharded execution can replace it.
     """
 
-    def __init__(self, trainer: ClientTrainer, data: FederatedData, seed: int):
+    def __init__(self, trainer: ClientTrainer, data: FederatedData, seed: int, vectorize: bool = False,
+                 vectorize_group: int = 0):
+        from flplat.vectorized import VectorizedTrainer
+
         self.trainer = trainer
         self.data = data
         self.seed = seed
+        self.vectorized = VectorizedTrainer(trainer, vectorize_group) if vectorize else None
+        self._fallback_logged = False
 
     def train(self, plans: Sequence[tuple[int, ClientPlan]], round: int) -> list[ClientResult]:
-        out = []
-        for client, plan in plans:
-            idx = plan.indices if plan.indices is not None else self.data.indices(client, "train")
-            out.append(self.trainer.train(client, plan, idx, derive_seed(self.seed, "train", round, client)))
+        jobs = [(client, plan, plan.indices if plan.indices is not None else self.data.indices(client, "train"),
+                 derive_seed(self.seed, "train", round, client)) for client, plan in plans]
+        if self.vectorized is None:
+            return [self.trainer.train(*job) for job in jobs]
+        reasons = [self.vectorized.reason(plan) for _, plan, _, _ in jobs]
+        vec = [i for i, r in enumerate(reasons) if r is None]
+        out: list[ClientResult | None] = [None] * len(jobs)
+        for i, res in zip(vec, self.vectorized.train([jobs[i] for i in vec]) if vec else []):
+            out[i] = res
+        for i, r in enumerate(reasons):
+            if r is not None:
+                if not self._fallback_logged:
+                    import logging
+
+                    logging.getLogger("flplat").warning(
+                        "federation.vectorize: training some clients with the per-client loop (%s)", r)
+                    self._fallback_logged = True
+                out[i] = self.trainer.train(*jobs[i])
         return out
 
     def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:

@@ -91,8 +91,7 @@ def default_threads(world_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(world_size, 1))
 
 
-def make_executor(trainer, data, seed: int) -> LocalExecutor:
-    if trainer.fabric.world_size > 1:
-        return ShardedExecutor(trainer, data, seed)
-    return LocalExecutor(trainer, data, seed)
+def make_executor(trainer, data, seed: int, vectorize: bool = False, vectorize_group: int = 0) -> LocalExecutor:
+    cls = ShardedExecutor if trainer.fabric.world_size > 1 else LocalExecutor
+    return cls(trainer, data, seed, vectorize, vectorize_group)
 

@@ -57,6 +57,13 @@ class LocalHook:
     def after_step(self, ctx: HookContext) -> None:
         return None
 
+    def functional_loss(self, params: list[torch.Tensor]) -> torch.Tensor | None:
+        """``loss`` as a pure function of ``params`` (one tensor per parameter, in ``HookContext.params`` order),
+        for vectorised clients (:mod:`flplat.vectorized`), which call it after ``setup`` with one client's slices
+        of the stacked parameters. A hook that overrides ``loss`` but not this, or that overrides ``after_step``,
+        makes its client fall back to the per-client loop."""
+        return None
+
 
 @dataclass
 class ClientPlan:

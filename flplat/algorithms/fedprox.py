@@ -28,7 +28,10 @@ class ProximalTerm(LocalHook):
         self._centers = ctx.param_views(self.center)
 
     def loss(self, ctx):
-        sq = sum(((p - c) ** 2).sum() for p, c in zip(ctx.params, self._centers))
+        return self.functional_loss(ctx.params)
+
+    def functional_loss(self, params):
+        sq = sum(((p - c) ** 2).sum() for p, c in zip(params, self._centers))
         return 0.5 * self.mu * sq
 
 

@@ -1,0 +1,299 @@
+"""Vectorised clients: a group of clients trained at once with ``torch.func`` on stacked parameters.
+
+The per-client loop (:meth:`flplat.client.ClientTrainer.train`) pays Python, dispatcher and optimizer overhead
+per client and step; for the small models of these papers that overhead dominates. Here the G clients of a group
+keep their parameters as ``(G, ...)`` tensors; each step runs one ``vmap``-ed ``functional_call`` of the shared
+network (so a linear layer becomes one batched matmul), one backward of the summed per-client losses (clients are
+independent, so each client's slice of the gradient is the gradient of its own loss), and one functional optimizer
+update on the stacked tensors.
+
+What is the same as the per-client loop (up to floating-point summation order):
+
+* batches: each client draws ``randperm`` from ``torch.Generator().manual_seed(seed)`` per epoch and cuts it with
+  :func:`~flplat.client.batch_bounds`, exactly as the loop does. Batches are padded to the group's widest batch and
+  the loss is the mean over the client's real samples (a per-sample mask), so padding changes nothing;
+* the optimizer: Adam, AdamW and SGD (momentum, weight decay) with torch.optim's update formulas and fresh state
+  per client. Clients are sorted by their number of steps, so at step t the clients still training are a prefix of
+  the group; finished clients get neither an update nor an optimizer-state change (Adam's step does not advance);
+* ``plan.trainable`` (only that part is updated; the rest gets no update and no state), ``plan.lr``, ``plan.epochs``;
+* hooks that define :meth:`~flplat.algorithms.base.LocalHook.functional_loss` (FedProx's proximal term): it is
+  evaluated per client on its slices of the stacked parameters and added to its loss;
+* precision: the forward runs under ``fabric.autocast()``.
+
+What differs: dropout draws its masks from the global generator with ``vmap(randomness="different")``, seeded once
+per group with the group's first client seed, so with dropout > 0 the masks (and results) differ from the loop's.
+
+Not vectorised (the executor trains these clients with the loop and logs why, once): models with normalisation
+layers (batch norm mixes the padded samples into its batch statistics and updates running buffers in place),
+models ``vmap`` cannot run, 16-bit mixed precision (gradient scaler), and clients whose hooks define ``after_step``
+or a ``loss`` without ``functional_loss``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from flplat.algorithms.base import ClientPlan, ClientResult, LocalHook
+from flplat.client import ClientTrainer, batch_bounds
+
+Job = tuple[int, ClientPlan, np.ndarray, int]  # (client, plan, train indices, seed): ClientTrainer.train's arguments
+
+
+def hook_reason(h: LocalHook) -> str | None:
+    """Why hook ``h`` cannot run vectorised, or None."""
+    cls = type(h)
+    if cls.after_step is not LocalHook.after_step:
+        return f"hook {cls.__name__} defines after_step"
+    if cls.loss is not LocalHook.loss and cls.functional_loss is LocalHook.functional_loss:
+        return f"hook {cls.__name__} defines loss but no functional_loss"
+    return None
+
+
+class VectorizedTrainer:
+    """Trains groups of at most ``group_size`` clients (0: all at once) with the network, data, optimizer
+    settings, batch size and epochs of an existing :class:`ClientTrainer`."""
+
+    def __init__(self, trainer: ClientTrainer, group_size: int = 0):
+        self.trainer = trainer
+        self.group_size = group_size
+        net = trainer.net
+        name_of = {id(p): n for n, p in net.named_parameters()}
+        self.names = [name_of[id(p)] for p in trainer.params]  # HookContext.params order
+        pos = {n: i for i, n in enumerate(trainer.layout.names)}
+        lay = trainer.layout
+        self.slots = [(int(lay.offsets[pos[n]]), int(lay.offsets[pos[n] + 1]), lay.shapes[pos[n]]) for n in self.names]
+        self.parts = {k: [i for i, p in enumerate(trainer.params) if id(p) in {id(q) for q in v}]
+                      for k, v in trainer._part_params.items()}
+        self.orders = [tuple(range(p.dim() + 1)) for p in trainer.params]  # memory order of the stacked tensors
+        self.model_reason = self._model_reason()
+
+    # ---- what can run vectorised ---------------------------------------------------------------------
+    def _model_reason(self) -> str | None:
+        tr = self.trainer
+        for name, m in tr.net.named_modules():
+            if isinstance(m, nn.modules.batchnorm._NormBase):
+                return (f"the model has {type(m).__name__} ({name}), whose batch statistics would mix padded "
+                        "samples and whose running buffers are updated in place")
+        if getattr(tr.fabric.strategy.precision, "scaler", None) is not None:
+            return "mixed 16-bit precision uses a gradient scaler"
+        try:  # a data-dependent forward (or an op without a batching rule) fails here, once
+            stacked = [p.detach().unsqueeze(0).repeat(2, *[1] * p.dim()).requires_grad_() for p in tr.params]
+            with torch.random.fork_rng(devices=[]), tr.fabric.autocast():  # leave the global generator alone
+                out = self._forward()(stacked, tr.x[:2].unsqueeze(0).expand(2, *tr.x[:2].shape))
+            grads = torch.autograd.grad(out.float().sum(), stacked)
+        except Exception as e:  # noqa: BLE001 -- any failure means "use the loop"
+            return f"vmap cannot run the model ({type(e).__name__}: {str(e).strip().splitlines()[0][:120]})"
+        # the memory order (outermost first) of each gradient, batch dimension first
+        self.orders = [tuple(sorted(range(d.dim()), key=lambda i: -d.stride(i))) for d in grads]
+        self.orders = [o if o[0] == 0 else tuple(range(len(o))) for o in self.orders]
+        return None
+
+    def reason(self, plan: ClientPlan) -> str | None:
+        """Why this client must be trained by the per-client loop, or None."""
+        if self.model_reason is not None:
+            return self.model_reason
+        if plan.trainable not in self.parts:
+            return f"ClientPlan.trainable={plan.trainable!r} is unknown"
+        return next((r for r in map(hook_reason, plan.hooks) if r is not None), None)
+
+    def _forward(self):
+        net, names = self.trainer.net, self.names
+        return vmap(lambda ps, x: functional_call(net, dict(zip(names, ps)), (x,)), randomness="different")
+
+    # ---- training ------------------------------------------------------------------------------------
+    def _epochs(self, plan: ClientPlan) -> int:
+        return plan.epochs if plan.epochs is not None else self.trainer.local_epochs
+
+    def train(self, jobs: Sequence[Job]) -> list[ClientResult]:
+        """Train every job (all must have ``reason(plan) is None``); results in the order of ``jobs``.
+
+        Jobs are grouped by (trainable, lr), sorted by their number of steps (similar clients share a group, so
+        few finish early) and cut into groups of ``group_size``."""
+        bs = self.trainer.batch_size
+        steps = [self._epochs(p) * len(batch_bounds(len(idx), bs)) for _, p, idx, _ in jobs]
+        lr = [p.lr if p.lr is not None else self.trainer.opt_cfg.lr for _, p, _, _ in jobs]
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i][1].trainable, lr[i], -steps[i], i))
+        out: list[ClientResult | None] = [None] * len(jobs)
+        size = self.group_size or len(jobs)
+        start = 0
+        while start < len(order):
+            key = (jobs[order[start]][1].trainable, lr[order[start]])
+            group = [order[start]]
+            while (start + len(group) < len(order) and len(group) < size
+                   and (jobs[order[start + len(group)]][1].trainable, lr[order[start + len(group)]]) == key):
+                group.append(order[start + len(group)])
+            for i, r in zip(group, self._train_group([jobs[i] for i in group], key[0], key[1])):
+                out[i] = r
+            start += len(group)
+        return out
+
+    def _schedule(self, jobs: Sequence[Job]):
+        """Per-step pool indices (T, G, W), real-sample mask (T, G, W) and steps per client, as the loop batches."""
+        bs, per = self.trainer.batch_size, []
+        for _, plan, indices, seed in jobs:
+            idx = torch.as_tensor(indices, dtype=torch.long)
+            n, gen = len(idx), torch.Generator().manual_seed(seed)
+            orders = [idx[torch.randperm(n, generator=gen)] for _ in range(self._epochs(plan))]
+            per.append((orders, batch_bounds(n, bs)))
+        width = max((b - a for _, bounds in per for a, b in bounds), default=1)
+        steps = [len(o) * len(b) for o, b in per]
+        T, G = max(steps, default=0), len(jobs)
+        index = torch.zeros(T, G, width, dtype=torch.long)
+        mask = torch.zeros(T, G, width)
+        col = torch.arange(width)
+        for g, (orders, bounds) in enumerate(per):
+            if not bounds:
+                continue
+            starts = torch.tensor([a for a, _ in bounds])
+            valid = col < torch.tensor([b - a for a, b in bounds])[:, None]  # (s, W)
+            pos = torch.where(valid, starts[:, None] + col, starts[:, None])  # padding repeats a real sample
+            n = len(orders[0])
+            pos = (torch.arange(len(orders))[:, None, None] * n + pos).reshape(-1, width)  # (E·s, W)
+            index[:steps[g], g] = torch.cat(orders)[pos]
+            mask[:steps[g], g] = valid.repeat(len(orders), 1)
+        return index, mask, steps
+
+    def _train_group(self, jobs: Sequence[Job], trainable: str, lr: float) -> list[ClientResult]:
+        tr, c = self.trainer, self.trainer.opt_cfg
+        fabric, dev = tr.fabric, tr.fabric.device
+        G, bs = len(jobs), tr.batch_size
+        n_steps = [self._epochs(p) * len(batch_bounds(len(idx), bs)) for _, p, idx, _ in jobs]
+        perm = sorted(range(G), key=lambda g: -n_steps[g])  # the clients still training are then a prefix
+        if perm != list(range(G)):
+            res = self._train_group([jobs[g] for g in perm], trainable, lr)
+            return [res[perm.index(g)] for g in range(G)]
+        start = torch.stack([plan.weights for _, plan, _, _ in jobs]).to(dev, torch.float32)  # (G, P)
+        # each stacked tensor is stored contiguous with its dimensions permuted to the memory order of its gradient
+        # (batched matmuls give transposed weight gradients), so the fused optimizer kernels need no copies
+        contiguous = torch.contiguous_format
+        params = [start[:, a:b].reshape(G, *shape).to(p.dtype).permute(order).clone(memory_format=contiguous)
+                  for (a, b, shape), p, order in zip(self.slots, tr.params, self.orders)]
+        unperm = [tuple(sorted(range(len(o)), key=o.__getitem__)) for o in self.orders]
+        for _, plan, _, _ in jobs:
+            if plan.hooks:
+                tr.layout.load(plan.weights)  # setup may read the start weights through the context
+                for h in plan.hooks:
+                    h.setup(tr.hook_ctx)
+        index, mask, steps = self._schedule(jobs)
+        index, mask = index.to(dev), mask.to(dev)
+        live = [sum(s > t for s in steps) for t in range(index.shape[0])]  # clients still training: a prefix
+        hooked = [g for g, (_, plan, _, _) in enumerate(jobs) if plan.hooks]
+        train_ids = self.parts[trainable]
+        opt = FunctionalOptimizer(c.name, [params[i] for i in train_ids], lr, c.momentum, c.weight_decay)
+        forward = self._forward()
+        torch.manual_seed(jobs[0][3])  # dropout masks of this group (vmap randomness="different")
+        tr.module.train()
+        loss_sum = torch.zeros(G, device=dev)
+        for t, g_t in enumerate(live):
+            leaves = [p[:g_t].detach().requires_grad_(i in train_ids) for i, p in enumerate(params)]
+            views = [p.permute(u) for p, u in zip(leaves, unperm)]  # (g_t, *parameter shape)
+            sel, m = index[t, :g_t], mask[t, :g_t]
+            with fabric.autocast():
+                logits = forward(views, tr.x[sel])  # (g_t, W, C)
+                ce = F.cross_entropy(logits.flatten(0, 1), tr.y[sel].flatten(), reduction="none")
+                loss = (ce.view_as(m) * m).sum(1) / m.sum(1)
+                extra = [self._hook_loss(jobs[g][1].hooks, [p[g] for p in views]) for g in hooked if g < g_t]
+                if extra:
+                    loss = loss.index_add(0, torch.tensor(hooked[:len(extra)], device=dev),
+                                          torch.stack(extra).to(loss.dtype))
+            grads = torch.autograd.grad(loss.sum(), [leaves[i] for i in train_ids])
+            opt.step(grads, g_t)
+            loss_sum[:g_t] += loss.detach().float()
+        for (a, b, _), p, u in zip(self.slots, params, unperm):
+            start[:, a:b] = p.permute(u).reshape(G, -1).float()
+        losses = loss_sum.tolist()
+        return [ClientResult(client=k, weights=start[g], num_samples=len(idx), train_loss=losses[g] / max(steps[g], 1),
+                             num_steps=steps[g]) for g, (k, _, idx, _) in enumerate(jobs)]
+
+    @staticmethod
+    def _hook_loss(hooks, params) -> torch.Tensor:
+        terms = [t for t in (h.functional_loss(params) for h in hooks) if t is not None]
+        return sum(terms[1:], terms[0]) if terms else params[0].new_zeros(())
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether ``t`` covers its memory without gaps or overlaps (in some dimension order)."""
+    expected = 1
+    for d in sorted(range(t.dim()), key=t.stride):
+        if t.size(d) != 1 and t.stride(d) != expected:
+            return False
+        expected *= t.size(d)
+    return True
+
+
+class FunctionalOptimizer:
+    """torch.optim's Adam / AdamW / SGD updates on stacked ``(G, ...)`` parameters, updating only the first ``g``
+    clients at each step (clients only ever drop out at the end, so all updated clients share the step count).
+
+    ``fused=True`` runs torch.optim's own fused kernels (``torch._fused_adam_`` & co., what ``fused=True`` runs;
+    one pass over memory instead of ~7, which matters once G stacked copies no longer fit in cache); they agree
+    with the per-client loop's single-tensor path to float rounding (~1e-7 relative). ``fused=False`` spells the
+    single-tensor formulas out and is bit-identical to it. State is fresh at construction."""
+
+    def __init__(self, name: str, params: list[torch.Tensor], lr: float, momentum: float, weight_decay: float,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True):
+        if name not in ("adam", "adamw", "sgd"):
+            raise ValueError(f"unknown optimizer {name!r}")
+        self.name, self.params, self.lr, self.momentum, self.wd = name, params, lr, momentum, weight_decay
+        self.betas, self.eps, self.t = betas, eps, 0
+        self.fused = fused and hasattr(torch, "_fused_adam_") and all(
+            p.device.type in ("cpu", "cuda") and _dense(p[:1]) for p in params)  # a prefix of clients: dense too
+        moments = 2 if name != "sgd" else int(momentum != 0)
+        self.state = [[torch.zeros_like(p) for p in params] for _ in range(moments)]
+
+    @torch.no_grad()
+    def step(self, grads: Sequence[torch.Tensor], g: int) -> None:
+        """Update clients ``[:g]``, whose step counter becomes ``self.t + 1``."""
+        self.t += 1
+        params = [p[:g] for p in self.params]
+        state = [[s[:g] for s in st] for st in self.state]
+        if self.fused:  # the kernels walk params, grads and state as flat memory: their layouts must agree
+            self._fused(params, [d if d.stride() == p.stride() else torch.empty_like(p).copy_(d)
+                                 for p, d in zip(params, grads)], state)
+        elif self.name == "sgd":
+            self._sgd(params, grads, state)
+        else:
+            self._adam(params, grads, state)
+
+    def _fused(self, params, grads, state) -> None:
+        if self.name == "sgd":
+            torch._fused_sgd_(params, grads, state[0] if state else [], weight_decay=self.wd, momentum=self.momentum,
+                              lr=self.lr, dampening=0.0, nesterov=False, maximize=False, is_first_step=self.t == 1)
+            return
+        steps = [torch.tensor(float(self.t), device=p.device) for p in params]
+        fn = torch._fused_adamw_ if self.name == "adamw" else torch._fused_adam_
+        fn(params, grads, state[0], state[1], [], steps, amsgrad=False, lr=self.lr, beta1=self.betas[0],
+           beta2=self.betas[1], weight_decay=self.wd, eps=self.eps, maximize=False)
+
+    def _sgd(self, params, grads, state) -> None:  # torch.optim.sgd._single_tensor_sgd, dampening 0, no nesterov
+        for i, (p, d) in enumerate(zip(params, grads)):
+            if self.wd != 0:
+                d = d.add(p, alpha=self.wd)
+            if self.momentum != 0:
+                buf = state[0][i]
+                if self.t == 1:
+                    buf.copy_(d)
+                else:
+                    buf.mul_(self.momentum).add_(d)
+                d = buf
+            p.add_(d, alpha=-self.lr)
+
+    def _adam(self, params, grads, state) -> None:  # torch.optim.adam._single_tensor_adam, no amsgrad
+        lr, wd, (b1, b2) = self.lr, self.wd, self.betas
+        step_size = lr / (1 - b1 ** self.t)
+        bc2_sqrt = (1 - b2 ** self.t) ** 0.5
+        for p, d, m, v in zip(params, grads, state[0], state[1]):
+            if wd != 0:
+                if self.name == "adamw":
+                    p.mul_(1 - lr * wd)
+                else:
+                    d = d.add(p, alpha=wd)
+            m.lerp_(d, 1 - b1)
+            v.mul_(b2).addcmul_(d, d, value=1 - b2)
+            p.addcdiv_(m, (v.sqrt() / bc2_sqrt).add_(self.eps), value=-step_size)

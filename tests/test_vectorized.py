@@ -1,0 +1,185 @@
+"""Vectorised clients (flplat/vectorized.py) against the per-client loop they replace."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_overrides
+
+from flplat.algorithms import ALGORITHMS
+from flplat.algorithms.base import ClientPlan, LocalHook
+from flplat.algorithms.fedprox import ProximalTerm
+from flplat.config import ConfigError, load_config
+from flplat.experiment import prepare, run
+from flplat.orchestrator import LocalExecutor
+from flplat.vectorized import FunctionalOptimizer, VectorizedTrainer
+
+CNN = {"data.name": "digits", "partition.num_clients": 24, "model.name": "fmnist_cnn", "model.channels": "[4,8]",
+       "model.dense": 16, "federation.batch_size": 32}
+SGD = {"federation.optimizer.name": "sgd", "federation.optimizer.lr": 0.05, "federation.optimizer.momentum": 0.9,
+       "federation.optimizer.weight_decay": 1e-3}
+
+
+def _prepare(**extra):
+    over = tiny_overrides(**{"federation.local_epochs": 2, **extra})
+    if extra.get("model.name", "mlp") != "mlp":
+        over = [o for o in over if not o.startswith("model.hidden")]
+    return prepare(load_config(None, over))
+
+
+def _jobs(p, clients=range(4), **plan):
+    """Clients of different sizes, each from its own start weights; client 2 runs one more epoch."""
+    jobs = []
+    for k in clients:
+        kw = {"epochs": 3} if k == 2 else {}
+        jobs.append((k, ClientPlan(weights=p.init_weights + 0.01 * k, **{**kw, **plan}), p.data.indices(k, "train"),
+                     100 + k))
+    assert len({len(j[2]) for j in jobs}) == len(jobs)  # different data sizes
+    return jobs
+
+
+def _assert_match(vec, loop):
+    for a, b in zip(vec, loop):
+        assert (a.client, a.num_samples, a.num_steps) == (b.client, b.num_samples, b.num_steps)
+        torch.testing.assert_close(a.weights, b.weights, rtol=1e-4, atol=1e-6)
+        assert a.train_loss == pytest.approx(b.train_loss, rel=1e-5)
+
+
+@pytest.mark.parametrize("model", [{}, CNN], ids=["mlp", "fmnist_cnn"])
+@pytest.mark.parametrize("opt", [{}, SGD], ids=["adam", "sgd_momentum"])
+def test_matches_the_per_client_loop(model, opt):
+    p = _prepare(**model, **opt)
+    jobs = _jobs(p)
+    vt = VectorizedTrainer(p.trainer)
+    assert vt.model_reason is None
+    vec = vt.train(jobs)
+    _assert_match(vec, [p.trainer.train(*j) for j in jobs])
+    assert vec[2].num_steps > max(r.num_steps for r in vec[:2])  # ragged: clients finish at different steps
+
+
+def test_adamw_and_small_groups_match():
+    p = _prepare(**{"federation.optimizer.name": "adamw", "federation.optimizer.weight_decay": 0.1})
+    jobs = _jobs(p)
+    _assert_match(VectorizedTrainer(p.trainer, group_size=3).train(jobs), [p.trainer.train(*j) for j in jobs])
+
+
+def test_fedprox_hook_with_per_client_centres_matches():
+    p = _prepare()
+    jobs = [(k, ClientPlan(weights=w.weights, hooks=(ProximalTerm(p.init_weights * (1 + k), 0.5),)), i, s)
+            for k, w, i, s in _jobs(p)]
+    vt = VectorizedTrainer(p.trainer)
+    assert all(vt.reason(plan) is None for _, plan, _, _ in jobs)
+    _assert_match(vt.train(jobs), [p.trainer.train(*j) for j in jobs])
+
+
+def test_trainable_head_matches_and_freezes_the_body():
+    p = _prepare()
+    jobs = _jobs(p, trainable="head")
+    vec = VectorizedTrainer(p.trainer).train(jobs)
+    _assert_match(vec, [p.trainer.train(*j) for j in jobs])
+    body = ~p.trainer.layout.mask("head.")
+    for r, (_, plan, _, _) in zip(vec, jobs):
+        assert torch.equal(r.weights[body], plan.weights[body])
+
+
+class AfterStep(LocalHook):
+    def after_step(self, ctx):
+        return None
+
+
+class LossOnly(LocalHook):
+    def loss(self, ctx):
+        return torch.zeros(())
+
+
+def test_unsupported_hooks_fall_back_per_client_and_log_once(caplog):
+    p = _prepare()
+    ex = LocalExecutor(p.trainer, p.data, seed=0, vectorize=True)
+    hooks = [(), (AfterStep(),), (LossOnly(),), ()]
+    plans = [(k, ClientPlan(weights=p.init_weights, hooks=h)) for k, h in enumerate(hooks)]
+    assert [ex.vectorized.reason(pl) is None for _, pl in plans] == [True, False, False, True]
+    with caplog.at_level(logging.WARNING, logger="flplat"):
+        got = ex.train(plans, round=1)
+        ex.train(plans, round=2)
+    assert len(caplog.records) == 1 and "after_step" in caplog.records[0].getMessage()
+    _assert_match(got, LocalExecutor(p.trainer, p.data, seed=0).train(plans, round=1))
+
+
+def test_batch_norm_model_falls_back_to_the_loop(caplog):
+    p = _prepare(**{"data.name": "digits", "partition.num_clients": 24, "model.name": "cifar_cnn",
+                    "model.widths": "[4]", "model.block_dropout": "[0.0]", "model.dense": 8,
+                    "model.dense_dropout": 0.0})
+    ex = LocalExecutor(p.trainer, p.data, seed=0, vectorize=True)
+    assert "BatchNorm" in ex.vectorized.model_reason
+    plans = [(k, ClientPlan(weights=p.init_weights, epochs=1)) for k in range(2)]
+    with caplog.at_level(logging.WARNING, logger="flplat"):
+        got = ex.train(plans, round=1)
+    assert "BatchNorm" in caplog.text
+    for a, b in zip(got, LocalExecutor(p.trainer, p.data, seed=0).train(plans, round=1)):
+        assert torch.equal(a.weights, b.weights)
+
+
+def test_dropout_runs_and_is_deterministic():
+    p = _prepare(**{"model.dropout": 0.5})
+    jobs = _jobs(p)
+    a, b = VectorizedTrainer(p.trainer).train(jobs), VectorizedTrainer(p.trainer).train(jobs)
+    for x, y in zip(a, b):
+        assert torch.equal(x.weights, y.weights) and np.isfinite(x.train_loss)
+
+
+@pytest.mark.parametrize("name,momentum,wd", [("adam", 0, 0), ("adam", 0, 0.01), ("adamw", 0, 0.01),
+                                              ("sgd", 0, 0), ("sgd", 0.9, 0.01)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_functional_optimizer_is_torch_optim_and_freezes_finished_clients(name, momentum, wd, fused):
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(3, 4, 2), (3, 5)]
+    stacked = [torch.randn(s, generator=gen) for s in shapes]
+    ref = [s[0].clone().requires_grad_() for s in stacked]
+    cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[name]
+    opt_ref = cls(ref, lr=0.01, weight_decay=wd, **({"momentum": momentum} if name == "sgd" else {}))
+    opt = FunctionalOptimizer(name, stacked, 0.01, momentum, wd, fused=fused)
+    frozen = None
+    for t in range(5):
+        g = 3 if t < 2 else 1  # clients 1 and 2 finish after two steps
+        grads = [torch.randn(s, generator=gen) for s in shapes]
+        if t == 2:
+            frozen = [s[1:].clone() for s in stacked] + [s[1:].clone() for st in opt.state for s in st]
+        opt.step([d[:g] for d in grads], g)
+        for r, d in zip(ref, grads):
+            r.grad = d[0].clone()
+        opt_ref.step()
+    for s, r in zip(stacked, ref):
+        torch.testing.assert_close(s[0], r.detach(), rtol=0 if not fused else 1e-6, atol=0 if not fused else 1e-7)
+    after = [s[1:] for s in stacked] + [s[1:] for st in opt.state for s in st]
+    assert all(torch.equal(a, b) for a, b in zip(after, frozen))  # no update, no state change once finished
+
+
+def test_every_algorithm_plans_train_the_same_vectorised():
+    p = _prepare(**{"federation.local_epochs": 1})
+    loop, vec = LocalExecutor(p.trainer, p.data, 0), LocalExecutor(p.trainer, p.data, 0, vectorize=True)
+    for name in sorted(ALGORITHMS):
+        algo = ALGORITHMS[name]
+        strategy = algo(algo.Config(), p.strategy.info)
+        state = strategy.init_state(p.init_weights, np.random.default_rng(0), loop)
+        plans = [(k, strategy.plan(state, k)) for k in range(2)]
+        _assert_match(vec.train(plans, 1), loop.train(plans, 1))
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])
+def test_whole_run_matches_with_vectorize_on(algorithm):
+    hist = {}
+    for v in ("false", "true"):
+        cfg = load_config(None, tiny_overrides(**{"algorithm.name": algorithm, "federation.rounds": 3,
+                                                  "federation.vectorize": v, "federation.eval_every": 3}))
+        hist[v] = run(cfg, progress=False)[0].history
+    for a, b in zip(hist["false"], hist["true"]):
+        for k in a.keys() - {"round_time_s"}:
+            assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), k
+
+
+def test_vectorize_group_is_validated():
+    with pytest.raises(ConfigError, match="federation.vectorize_group"):
+        load_config(None, tiny_overrides(**{"federation.vectorize_group": -1}))
