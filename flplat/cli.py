@@ -86,6 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     tb.add_argument("--group-by", default="", help="comma-separated params that split rows, e.g. "
                                                    "partition.num_clients")
     tb.add_argument("--store-dir", default="mlruns")
+    tb.add_argument("--silhouette-plot", default=None, metavar="PNG",
+                    help="also write Fig. 5 (silhouette vs τ of the Clust-PSI-PFL runs) to this file")
 
     npl = sub.add_parser("noniid-plot", help="Fig. 3: WPSI / HD / JSD / EMD against Dirichlet α and Similarity S",
                          description="Partition a dataset for several α and S values and plot the non-IID metrics "
@@ -212,6 +214,14 @@ def cmd_table(args) -> int:
         raise ConfigError(f"--experiment={args.experiment!r} has no finished runs in {uri}")
     group = [g for g in args.group_by.split(",") if g]
     print(runs_table(rows, args.kind, group))
+    if args.silhouette_plot:
+        from flplat.reports import plot_silhouette_curves, silhouette_curves
+
+        curves = silhouette_curves(args.experiment, uri)
+        if not curves:
+            raise ConfigError(f"--experiment={args.experiment!r} has no Clust-PSI-PFL run with a silhouette curve")
+        plot_silhouette_curves(curves, args.silhouette_plot)
+        print(f"wrote {args.silhouette_plot}", file=sys.stderr)
     return 0
 
 

@@ -130,3 +130,36 @@ def plot_noniid_curves(curves: dict[str, list[dict[str, float]]], path: str) -> 
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def silhouette_curves(experiment: str, uri: str) -> dict[str, list[tuple[int, float]]]:
+    """Fig. 5: the ``silhouette_by_k`` curve of every finished Clust-PSI-PFL run, labelled by its setting."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    out: dict[str, list[tuple[int, float]]] = {}
+    for r in collect_runs(experiment, uri):
+        if "silhouette_by_k" not in r["metrics"]:
+            continue
+        p = r["params"]
+        label = f"{_setting(p)} K={p.get('partition.num_clients')} seed={p.get('seed')}"
+        hist = client.get_metric_history(r["run_id"], "silhouette_by_k")
+        out[label] = sorted((m.step, m.value) for m in hist)
+    return out
+
+
+def plot_silhouette_curves(curves: dict[str, list[tuple[int, float]]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, pts in sorted(curves.items(), key=lambda kv: _setting_order(kv[0].split(" K=")[0])):
+        ax.plot([k for k, _ in pts], [v for _, v in pts], "o-", ms=3, label=label)
+    ax.set(xlabel="number of clusters τ", ylabel="mean silhouette", title="Silhouette vs τ (K-means++ on PSI)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

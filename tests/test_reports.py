@@ -26,3 +26,24 @@ def test_noniid_curves_wpsi_decreases_towards_iid():
     d, s = c["dirichlet"], c["similarity"]
     assert d[0]["wpsi"] < d[1]["wpsi"] and s[0]["wpsi"] < s[1]["wpsi"]
     assert all(p["seeds"] == 2 for p in d + s)
+
+
+def test_silhouette_curves_from_tracked_clust_psi_pfl_run(tmp_path):
+    from conftest import tiny_overrides
+
+    from flplat.config import load_config
+    from flplat.experiment import run
+    from flplat.reports import collect_runs, plot_silhouette_curves, silhouette_curves
+    from flplat.tracking import store_uris
+
+    over = tiny_overrides(**{"algorithm.name": "clust_psi_pfl", "partition.name": "similarity",
+                             "partition.similarity": 0.0, "tracking.enabled": "true", "tracking.experiment": "fig5",
+                             "tracking.store_dir": str(tmp_path / "mlruns"), "federation.rounds": 1})
+    run(load_config(None, over), progress=False)
+    uri, _ = store_uris(None, str(tmp_path / "mlruns"))
+    assert len(collect_runs("fig5", uri)) == 1
+    curves = silhouette_curves("fig5", uri)
+    (label, pts), = curves.items()
+    assert label.startswith("similarity S=0 K=6") and [k for k, _ in pts] == [2, 3, 4, 5]
+    plot_silhouette_curves(curves, str(tmp_path / "fig5.png"))
+    assert (tmp_path / "fig5.png").stat().st_size > 1000
