@@ -183,6 +183,11 @@ class Orchestrator:
             "test_loss": np.divide(loss, n, out=np.full_like(n, np.nan), where=n > 0),
         }
         if self.state.assignment is not None:
-            self.client_table["cluster"] = np.asarray(self.state.assignment)
+            assign = np.asarray(self.state.assignment)
+            self.client_table["cluster"] = assign
+            for c in np.unique(assign[assign >= 0]):  # per-cluster accuracy (test-size weighted)
+                sel = (assign == c) & (n > 0)
+                if sel.any():
+                    out[f"cluster_accuracy_{int(c)}"] = correct[sel].sum() / n[sel].sum()
         return {k: float(v) for k, v in out.items()}
 

@@ -124,3 +124,15 @@ def test_config_validation_and_quickstart():
         load_config(None, ["algorithm.name=clust_psi_pfl", "algorithm.max_clusters=1"])
     cfg = load_config(REPO / "configs" / "clust_psi_pfl_quickstart.yaml")
     assert cfg.algorithm.name == "clust_psi_pfl" and cfg.partition.similarity == 0.0
+
+
+def test_per_cluster_accuracy_is_logged_per_round(tiny_cfg):
+    from flplat.experiment import run
+
+    s, _ = run(tiny_cfg(**{"algorithm.name": "clust_psi_pfl", "partition.name": "similarity",
+                           "partition.similarity": 0.0}), progress=False)
+    assign = s.client_table["cluster"]
+    for c in set(assign.tolist()):
+        sel = assign == c
+        expect = s.client_table["correct"][sel].sum() / s.client_table["num_test"][sel].sum()
+        assert s.metrics[f"cluster_accuracy_{c}"] == expect
