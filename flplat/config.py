@@ -75,6 +75,8 @@ class FederationConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     eval_every: int = 1  # evaluate every client each n rounds (the last round always)
     eval_batch_size: int = 1024
+    client_state_dtype: str = "float32"  # per-client state rows (personalised models): float32 | float16
+    client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM)
     vectorize: bool = False  # train clients in vmap groups (flplat/vectorized.py); falls back per client, logged
     vectorize_group: int = 0  # max clients per vmap group; 0: all of a round's (same lr / trainable) clients
 
@@ -224,6 +226,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     _check(f.eval_batch_size >= 1, "federation.eval_batch_size", f.eval_batch_size, "an integer >= 1")
     _check(f.vectorize_group >= 0, "federation.vectorize_group", f.vectorize_group, "an integer >= 0 (0: no limit)")
     _choice("federation.optimizer.name", f.optimizer.name, OPTIMIZERS)
+    _choice("federation.client_state_dtype", f.client_state_dtype, ("float32", "float16"))
     _check(f.optimizer.lr > 0, "federation.optimizer.lr", f.optimizer.lr, "a number > 0")
     o = f.optimizer
     _check(0.0 <= o.momentum < 1.0, "federation.optimizer.momentum", o.momentum, "a number in [0, 1)")

@@ -71,31 +71,50 @@ class ParamLayout:
 class ClientStore:
     """Per-client state vectors kept compactly as rows of one ``(K, P)`` tensor, created lazily.
 
-    Rows that were never written read as ``default`` (e.g. the initial global model).
+    Rows that were never written read as ``default`` (e.g. the initial global model). ``dtype`` may be
+    ``torch.float16`` to halve memory (rows are returned as float32). With ``path`` the rows live in a
+    memory-mapped file (``torch.from_file``), so e.g. 10,000 clients' copies of a 1 M-parameter model
+    (40 GB in float32) need disk, not RAM; the file is created on first write.
     """
 
-    def __init__(self, num_clients: int, size: int, default: torch.Tensor | None = None):
+    def __init__(self, num_clients: int, size: int, default: torch.Tensor | None = None,
+                 dtype: torch.dtype = torch.float32, path: str | None = None):
         self.num_clients = num_clients
         self.size = size
         self.default = default
+        self.dtype = dtype
+        self.path = path
         self._rows: torch.Tensor | None = None
         self._written = np.zeros(num_clients, dtype=bool)
+
+    def _alloc(self, device) -> torch.Tensor:
+        if self.path is None:
+            return torch.zeros(self.num_clients, self.size, dtype=self.dtype, device=device)
+        from pathlib import Path
+
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        n = self.num_clients * self.size
+        return torch.from_file(str(self.path), shared=True, size=n, dtype=self.dtype).view(self.num_clients, -1)
 
     def get(self, client: int) -> torch.Tensor:
         if not self._written[client]:
             if self.default is None:
                 raise KeyError(f"client {client} has no stored state")
             return self.default
-        return self._rows[client]
+        row = self._rows[client]
+        return row if self.dtype == torch.float32 and self.path is None else row.float()
 
     def set(self, client: int, vec: torch.Tensor) -> None:
         if self._rows is None:
-            self._rows = torch.zeros(self.num_clients, self.size, dtype=vec.dtype, device=vec.device)
+            self._rows = self._alloc(vec.device if self.path is None else "cpu")
         self._rows[client].copy_(vec)
         self._written[client] = True
 
     def has(self, client: int) -> bool:
         return bool(self._written[client])
+
+    def nbytes(self) -> int:
+        return 0 if self._rows is None else self._rows.numel() * self._rows.element_size()
 
     def state_dict(self) -> dict[str, Any]:
         return {"rows": self._rows, "written": self._written.copy(), "default": self.default}

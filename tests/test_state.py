@@ -45,3 +45,25 @@ def test_derive_seed_is_stable_and_key_sensitive():
     assert len({a, derive_seed(0, "train", 2, 1), derive_seed(1, "train", 1, 2)}) == 3
     assert isinstance(a, int) and 0 <= a < 2**32
     assert np.random.default_rng(a).integers(10) == np.random.default_rng(a).integers(10)
+
+
+def test_client_store_float16_and_on_disk(tmp_path):
+    vec = torch.linspace(-1, 1, 5)
+    half = ClientStore(3, 5, default=None, dtype=torch.float16)
+    half.set(1, vec)
+    assert half.get(1).dtype == torch.float32 and torch.allclose(half.get(1), vec, atol=1e-3)
+    assert half.nbytes() == 3 * 5 * 2
+    disk = ClientStore(4, 5, dtype=torch.float32, path=str(tmp_path / "s" / "personal.bin"))
+    disk.set(3, vec)
+    assert torch.equal(disk.get(3), vec) and (tmp_path / "s" / "personal.bin").stat().st_size == 4 * 5 * 4
+    raw = np.fromfile(tmp_path / "s" / "personal.bin", dtype=np.float32).reshape(4, 5)
+    assert np.array_equal(raw[3], vec.numpy())  # the rows really live in the file
+
+
+def test_local_only_with_on_disk_float16_state(tiny_cfg, tmp_path):
+    from flplat.experiment import run
+
+    s, _ = run(tiny_cfg(**{"algorithm.name": "local", "federation.client_state_dtype": "float16",
+                           "federation.client_state_dir": str(tmp_path)}), progress=False)
+    assert (tmp_path / "personal.bin").exists() and s.state.personal.dtype == torch.float16
+    assert np.isfinite(s.metrics["global_accuracy"])

@@ -125,6 +125,15 @@ class FederationInfo:
     local_epochs: int
     layout: ParamLayout
     all_train_indices: np.ndarray  # the union of the clients' train splits (centralized training)
+    state_dtype: torch.dtype = torch.float32
+    state_dir: str | None = None
+
+    def client_store(self, default: torch.Tensor | None = None, size: int | None = None, name: str = "personal"):
+        """A per-client state store configured by ``federation.client_state_dtype`` / ``client_state_dir``."""
+        from flplat.state import ClientStore
+
+        path = None if self.state_dir is None else f"{self.state_dir}/{name}.bin"
+        return ClientStore(self.num_clients, size or self.num_params, default, self.state_dtype, path)
 
     @property
     def num_params(self) -> int:

@@ -49,7 +49,7 @@ from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
 from flplat.config import ConfigError
-from flplat.state import ClientStore, ServerState
+from flplat.state import ServerState
 
 CHOICES = {"selection": ("importance", "uniform"), "local_start": ("mixture", "personal"),
            "eval_model": ("cluster", "personal")}
@@ -116,7 +116,7 @@ class FedSoft(ClusteredStrategy):
         state.extra["importance"] = np.full((k, s), 1.0 / s)
         state.extra["drawn"] = np.zeros((s, k), dtype=bool)
         if self._personal:
-            state.personal = ClientStore(k, self.info.num_params)
+            state.personal = self.info.client_store()
         return state
 
     def estimate_importance(self, state, ops) -> None:

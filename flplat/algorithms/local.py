@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, Strategy
-from flplat.state import ClientStore
 
 
 @register
@@ -19,7 +18,7 @@ class LocalOnly(Strategy):
 
     def init_state(self, init_weights, rng, ops):
         state = super().init_state(init_weights, rng, ops)
-        state.personal = ClientStore(self.info.num_clients, self.info.num_params, default=state.weights)
+        state.personal = self.info.client_store(default=state.weights)
         return state
 
     def plan(self, state, client):
