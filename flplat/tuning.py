@@ -15,6 +15,7 @@ params were already completed reuses the stored value instead of training again.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import sys
@@ -121,20 +122,26 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
             trial.set_user_attr("mlflow_run_id", run_id)
         return summary.metrics[objective_key]
 
-    status = "FAILED"
-    try:
+    with _ending(lambda status: parent and _finish_parent(base, parent, study, status)):
         if n_trials > 0:
             study.optimize(objective, n_trials=n_trials)
+    best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
+    return {"study": name, "trials": len(study.trials), "best_params": best.params if best else None,
+            "best_value": best.value if best else None, "objective": objective_key}
+
+
+@contextlib.contextmanager
+def _ending(finish):
+    """Call ``finish(status)`` on exit with FINISHED, FAILED (an exception) or KILLED (Ctrl-C)."""
+    status = "FAILED"
+    try:
+        yield
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
-        if parent:
-            _finish_parent(base, parent, study, status)
-    best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
-    return {"study": name, "trials": len(study.trials), "best_params": best.params if best else None,
-            "best_value": best.value if best else None, "objective": objective_key}
+        finish(status)
 
 
 def _client(cfg):
@@ -176,24 +183,23 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
     cfgs = [load_config(config, [*overrides, f"seed={s}"]) for s in seeds]  # validate all before running
     parent = _parent_run(base, f"{base.algorithm.name}-seeds-{'-'.join(map(str, seeds))}", "seed-sweep") \
         if base.tracking.enabled else None
-    out, status = [], "FAILED"
-    try:
+    out: list[dict] = []
+
+    def finish(status: str) -> None:
+        if not parent:
+            return
+        client, _ = _client(base)
+        for key in ("global_accuracy", "ad", "sdad", "global_test_accuracy", "val_accuracy"):
+            vals = [o[key] for o in out if key in o]
+            if vals:
+                client.log_metric(parent, f"{key}_mean", statistics.fmean(vals))
+                client.log_metric(parent, f"{key}_std", statistics.pstdev(vals))
+        client.set_terminated(parent, status)
+
+    with _ending(finish):
         for s, cfg in zip(seeds, cfgs):
             if parent:
                 cfg.tracking.parent_run_id = parent
             summary, _ = run(cfg, progress=progress)
             out.append({"seed": s, **summary.metrics})
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        if parent:
-            client, _ = _client(base)
-            for key in ("global_accuracy", "ad", "sdad", "global_test_accuracy", "val_accuracy"):
-                vals = [o[key] for o in out if key in o]
-                if vals:
-                    client.log_metric(parent, f"{key}_mean", statistics.fmean(vals))
-                    client.log_metric(parent, f"{key}_std", statistics.pstdev(vals))
-            client.set_terminated(parent, status)
     return out
