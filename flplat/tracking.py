@@ -104,7 +104,9 @@ class MlflowCallback(Callback):
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        batch = [Metric(k, float(v), ts, round) for k, v in metrics.items() if np.isfinite(v)]
+        # the partition's non-IID metrics are constant, but logged every round too so they chart beside the rest
+        merged = {**self.run_metrics, **metrics}
+        batch = [Metric(k, float(v), ts, round) for k, v in merged.items() if np.isfinite(v)]
         self.client.log_batch(self.run_id, metrics=batch)
 
     def on_end(self, orch: Orchestrator, status: str) -> None:

@@ -50,6 +50,7 @@ def test_quickstart_end_to_end(tmp_path):
     assert hist[-1].value > 0.75  # digits, 20 rounds of FedAvg
     for key in ("ad", "sdad", "train_loss", "round_time_s", "bytes_up", "bytes_down"):
         assert len(client.get_metric_history(run.info.run_id, key)) == 20, key
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "wpsi")] == list(range(21))
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "clients", "plots", "partition"} <= arts
     plots = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
