@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
 
 EPILOG_RUN = """examples:
   flplat run configs/quickstart.yaml
@@ -111,13 +111,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args) -> int:
-    from flplat.config import load_config, to_yaml
+    from flplat.config import to_yaml
+    from flplat.experiment import load_config
 
     cfg = load_config(args.config, args.overrides)
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0
-    from flplat.launch import finish, launch_early
+    from flplat.engine.launch import finish, launch_early
 
     procs = launch_early(cfg.fabric)  # the other local processes start importing now, in parallel
     rc = 1
@@ -132,7 +133,7 @@ def _run_and_report(cfg, args) -> int:
     from flplat.experiment import run
 
     summary, run_id = run(cfg, progress=not args.no_progress)
-    from flplat.sharding import is_main_process
+    from flplat.engine.sharding import is_main_process
 
     if not is_main_process():
         return 0
@@ -145,11 +146,11 @@ def _run_and_report(cfg, args) -> int:
 
 
 def cmd_partition_stats(args) -> int:
-    from flplat.config import load_config
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
+    from flplat.engine.state import derive_seed
+    from flplat.experiment import load_config
     from flplat.metrics.noniid import client_metrics, noniid_summary
-    from flplat.state import derive_seed
 
     overrides = [f"data.name={args.dataset}", f"partition.name={args.partition}", f"partition.alpha={args.alpha}",
                  f"partition.similarity={args.similarity}", f"partition.num_clients={args.clients}",
@@ -181,7 +182,7 @@ def cmd_partition_stats(args) -> int:
 
 
 def cmd_ui(args) -> int:
-    from flplat.tracking import store_uris
+    from flplat.tracking.runs import store_uris
 
     uri, artifacts = store_uris(None, args.store_dir)
     cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port)]
@@ -193,7 +194,7 @@ def cmd_ui(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from flplat.tuning import tune
+    from flplat.studies.tuning import tune
 
     out = tune(args.config, args.overrides, args.space, args.storage, args.study_name, args.n_trials, args.progress)
     print(json.dumps(out, indent=2))
@@ -201,7 +202,7 @@ def cmd_tune(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from flplat.tuning import sweep_seeds
+    from flplat.studies.tuning import sweep_seeds
 
     try:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
@@ -222,8 +223,8 @@ def _floats(text: str, flag: str) -> list[float]:
 
 
 def cmd_table(args) -> int:
-    from flplat.reports import collect_runs, runs_table
-    from flplat.tracking import store_uris
+    from flplat.tracking.reports import collect_runs, runs_table
+    from flplat.tracking.runs import store_uris
 
     uri, _ = store_uris(None, args.store_dir)
     rows = collect_runs(args.experiment, uri)
@@ -232,7 +233,7 @@ def cmd_table(args) -> int:
     group = [g for g in args.group_by.split(",") if g]
     print(runs_table(rows, args.kind, group, args.metric))
     if args.silhouette_plot:
-        from flplat.reports import plot_silhouette_curves, silhouette_curves
+        from flplat.tracking.reports import plot_silhouette_curves, silhouette_curves
 
         curves = silhouette_curves(args.experiment, uri)
         if not curves:
@@ -243,10 +244,10 @@ def cmd_table(args) -> int:
 
 
 def cmd_noniid_plot(args) -> int:
-    from flplat.config import load_config
     from flplat.data.datasets import load_dataset
-    from flplat.reports import noniid_curves, plot_noniid_curves
-    from flplat.state import derive_seed
+    from flplat.engine.state import derive_seed
+    from flplat.experiment import load_config
+    from flplat.tracking.reports import noniid_curves, plot_noniid_curves
 
     over = [f"data.name={args.dataset}"] + ([f"data.root={args.data_root}"] if args.data_root else [])
     cfg = load_config(None, over)
@@ -285,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except ConfigError as e:
-        from flplat.sharding import is_main_process
+        from flplat.engine.sharding import is_main_process
 
         if is_main_process():  # in a sharded run every process meets the same error: one line, from rank 0
             print(f"flplat: error: {e}", file=sys.stderr)

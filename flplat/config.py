@@ -4,8 +4,12 @@ An experiment config is an :class:`ExperimentConfig`. The ``algorithm`` and ``mo
 name: their keys are checked against the ``Config`` dataclass registered under ``algorithm.name`` /
 ``model.name``, so ``algorithm.mu`` is only valid when the algorithm defines ``mu``.
 
-Every invalid value raises :class:`ConfigError` with a one-line message that names the dotted key and the
-allowed values; the CLI turns it into exit status 2 before anything (an MLflow run, a file) is created.
+Every invalid value raises :class:`~flplat.errors.ConfigError` with a one-line message that names the dotted key
+and the allowed values; the CLI turns it into exit status 2 before anything (an MLflow run, a file) is created.
+
+This module sits below data, models and algorithms (they import its dataclasses and :func:`namespaced_section`)
+and imports none of them: the names to check against come in as :class:`Registries`, filled in by the one
+validation entry point :func:`flplat.experiment.load_config`.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from flplat.errors import ConfigError, check_choice, check_range, first_line
 
-class ConfigError(ValueError):
-    """A bad configuration value; the message is one line naming the key and what is allowed."""
+__all__ = ["ConfigError", "ExperimentConfig", "Registries", "flatten", "namespaced_section", "parse_config",
+           "to_yaml", "validate"]
 
 
 @dataclass
@@ -50,7 +55,7 @@ class PartitionConfig:
     similarity: float = 0.5  # S of the Similarity protocol: the IID share of the data
     min_samples: int = 10  # dirichlet: redraw while a client holds fewer samples
     max_retries: int = 100  # dirichlet: give up (with an error) after this many redraws
-    # pqfed (flplat/data/pqfed.py): target client 0 from `pqfed_target_sources` sources, one client per rate r
+    # pqfed (flplat/data/pqfed_partition.py): target client 0 from `pqfed_target_sources` sources, one client per rate r
     pqfed_rates: list[float] = field(default_factory=lambda: [round(0.1 * i, 1) for i in range(11)])
     pqfed_sources: int = 15  # K-means clusters of the public-PCA features ("sources")
     pqfed_target_sources: int = 3
@@ -58,8 +63,8 @@ class PartitionConfig:
     pqfed_target_test_per_source: int = 400
     pqfed_public_size: int = 500  # public sample drawn from the official test set
     pqfed_pca_components: int = 50
-    pqfed_diff: str = "per_slot"  # per_slot | single: how c_diff is drawn (see flplat/data/pqfed.py)
-    # shift (Flux App. B.1 / F.1 Table 9; see flplat/data/shift.py)
+    pqfed_diff: str = "per_slot"  # per_slot | single: how c_diff is drawn (see flplat/data/pqfed_partition.py)
+    # shift (Flux App. B.1 / F.1 Table 9; see flplat/data/shift_partition.py)
     shift_type: str = "feature"  # feature (P(X)) | label (P(Y)) | concept_yx (P(Y|X)) | concept_xy (P(X|Y))
     shift_level: int = 1  # 1..8, the rows of Table 9
     num_unseen_clients: int = 0  # extra test-only clients drawn from the training clients' distributions
@@ -101,7 +106,7 @@ class FederationConfig:
     eval_batch_size: int = 1024
     client_state_dtype: str = "float32"  # per-client state rows (personalised models): float32 | float16
     client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM)
-    vectorize: bool = False  # train clients in vmap groups (flplat/vectorized.py); falls back per client, logged
+    vectorize: bool = False  # train clients in vmap groups (flplat/engine/vectorized.py); falls back per client, logged
     vectorize_group: int = 0  # max clients per vmap group; 0: all of a round's (same lr / trainable) clients
 
 
@@ -158,28 +163,7 @@ ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 
 
-def _choice(key: str, value: str, allowed) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(sorted(allowed))}")
-
-
-def _check(cond: bool, key: str, value, allowed: str) -> None:
-    if not cond:
-        raise ConfigError(f"{key}={value!r} is out of range; allowed: {allowed}")
-
-
-def param_out_of_range(section: str, cfg: Any, key: str, allowed: str):
-    """Raise the one-line error for an algorithm/model parameter ``section.key`` outside ``allowed``."""
-    raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: {allowed}")
-
-
-def param_choice(section: str, cfg: Any, key: str, allowed) -> None:
-    """Raise the one-line error when parameter ``section.key`` is not one of ``allowed`` (listed in that order)."""
-    if getattr(cfg, key) not in allowed:
-        raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is not valid; choose one of: {', '.join(allowed)}")
-
-
-def _namespaced(section: str, registry: dict, raw: Any) -> DictConfig:
+def namespaced_section(section: str, registry: dict, raw: Any) -> DictConfig:
     """Validate a ``{name: ..., **params}`` section against the registered entry's Config dataclass."""
     raw = OmegaConf.to_container(raw) if isinstance(raw, DictConfig) else dict(raw or {})
     name = raw.get("name")
@@ -195,7 +179,7 @@ def _namespaced(section: str, registry: dict, raw: Any) -> DictConfig:
     try:
         merged = OmegaConf.merge(schema, params)
     except OmegaConfBaseException as e:
-        raise ConfigError(f"{section}.{getattr(e, 'full_key', '') or ''}: {_first_line(e)}") from None
+        raise ConfigError(f"{section}.{getattr(e, 'full_key', '') or ''}: {first_line(e)}") from None
     out = OmegaConf.create({"name": name, **OmegaConf.to_container(merged)})
     check = getattr(registry[name], "validate_config", None)
     if check is not None:
@@ -203,12 +187,22 @@ def _namespaced(section: str, registry: dict, raw: Any) -> DictConfig:
     return out
 
 
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+@dataclass(frozen=True)
+class Registries:
+    """The names the config is checked against. The registries live above this module (data, models,
+    algorithms import the config's dataclasses), so the caller hands them in: :func:`flplat.experiment.load_config`
+    is the one entry point that does."""
+
+    datasets: Any
+    partitions: Any
+    shift_types: Any
+    models: dict
+    algorithms: dict
 
 
-def load_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
-    """Build the validated config from an optional YAML file plus ``dotted.key=value`` overrides."""
+def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
+    """Merge the schema defaults, an optional YAML file and ``dotted.key=value`` overrides (not yet validated:
+    :func:`flplat.experiment.load_config` parses and validates)."""
     base = OmegaConf.structured(ExperimentConfig)
     layers = []
     if path is not None:
@@ -219,7 +213,7 @@ def load_config(path: str | Path | None = None, overrides: tuple[str, ...] | lis
         try:
             layers.append(OmegaConf.load(p))
         except Exception as e:  # yaml errors
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {_first_line(e)}") from None
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first_line(e)}") from None
     for o in overrides:
         if "=" not in o:
             raise ConfigError(f"override {o!r} must look like dotted.key=value")
@@ -227,105 +221,99 @@ def load_config(path: str | Path | None = None, overrides: tuple[str, ...] | lis
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         cfg = OmegaConf.merge(base, *layers)
     except (ConfigKeyError, ConfigAttributeError) as e:
-        key = getattr(e, "full_key", None) or _first_line(e)
+        key = getattr(e, "full_key", None) or first_line(e)
         raise ConfigError(f"unknown config key {key!r}; valid keys are those of configs/quickstart.yaml "
                           "and flplat/config.py") from None
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
-        raise ConfigError(f"{key}: {_first_line(e)}" if key else _first_line(e)) from None
-    return validate(cfg)
+        raise ConfigError(f"{key}: {first_line(e)}" if key else first_line(e)) from None
+    return cfg
 
 
-def validate(cfg: DictConfig) -> DictConfig:
+def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     """Check every value; return the config with the namespaced sections resolved to their full schemas."""
-    from flplat.algorithms import ALGORITHMS
-    from flplat.data.datasets import DATASETS
-    from flplat.data.partitions import PARTITIONS
-    from flplat.models import MODELS
-
-    _choice("data.name", cfg.data.name, DATASETS)
+    check_choice("data.name", cfg.data.name, names.datasets)
     d = cfg.data
-    _check(d.max_train_samples >= 0, "data.max_train_samples", d.max_train_samples, "an integer >= 0 (0: all)")
-    _check(d.max_test_samples >= 0, "data.max_test_samples", d.max_test_samples, "an integer >= 0 (0: all)")
-    _check(d.synthetic_samples >= 2, "data.synthetic_samples", d.synthetic_samples, "an integer >= 2")
-    _check(d.synthetic_features >= 1, "data.synthetic_features", d.synthetic_features, "an integer >= 1")
-    _check(d.synthetic_classes >= 2, "data.synthetic_classes", d.synthetic_classes, "an integer >= 2")
-    _check(d.synthetic_separation >= 0, "data.synthetic_separation", d.synthetic_separation, "a number >= 0")
+    check_range(d.max_train_samples >= 0, "data.max_train_samples", d.max_train_samples, "an integer >= 0 (0: all)")
+    check_range(d.max_test_samples >= 0, "data.max_test_samples", d.max_test_samples, "an integer >= 0 (0: all)")
+    check_range(d.synthetic_samples >= 2, "data.synthetic_samples", d.synthetic_samples, "an integer >= 2")
+    check_range(d.synthetic_features >= 1, "data.synthetic_features", d.synthetic_features, "an integer >= 1")
+    check_range(d.synthetic_classes >= 2, "data.synthetic_classes", d.synthetic_classes, "an integer >= 2")
+    check_range(d.synthetic_separation >= 0, "data.synthetic_separation", d.synthetic_separation, "a number >= 0")
 
     p = cfg.partition
-    _choice("partition.name", p.name, PARTITIONS)
-    _check(p.num_clients >= 1, "partition.num_clients", p.num_clients, "an integer >= 1")
-    _check(p.alpha > 0 and math.isfinite(p.alpha), "partition.alpha", p.alpha, "a finite number > 0")
-    _check(0.0 <= p.similarity <= 1.0, "partition.similarity", p.similarity, "a number in [0, 1]")
-    _check(p.min_samples >= 1, "partition.min_samples", p.min_samples, "an integer >= 1")
-    _check(p.max_retries >= 1, "partition.max_retries", p.max_retries, "an integer >= 1")
-    _check(all(0.0 <= float(r) <= 1.0 for r in p.pqfed_rates), "partition.pqfed_rates", list(p.pqfed_rates),
+    check_choice("partition.name", p.name, names.partitions)
+    check_range(p.num_clients >= 1, "partition.num_clients", p.num_clients, "an integer >= 1")
+    check_range(p.alpha > 0 and math.isfinite(p.alpha), "partition.alpha", p.alpha, "a finite number > 0")
+    check_range(0.0 <= p.similarity <= 1.0, "partition.similarity", p.similarity, "a number in [0, 1]")
+    check_range(p.min_samples >= 1, "partition.min_samples", p.min_samples, "an integer >= 1")
+    check_range(p.max_retries >= 1, "partition.max_retries", p.max_retries, "an integer >= 1")
+    check_range(all(0.0 <= float(r) <= 1.0 for r in p.pqfed_rates), "partition.pqfed_rates", list(p.pqfed_rates),
            "a list of numbers in [0, 1]")
     for k in ("pqfed_sources", "pqfed_target_sources", "pqfed_samples_per_source", "pqfed_pca_components"):
-        _check(p[k] >= 1, f"partition.{k}", p[k], "an integer >= 1")
-    _check(p.pqfed_target_test_per_source >= 0, "partition.pqfed_target_test_per_source",
+        check_range(p[k] >= 1, f"partition.{k}", p[k], "an integer >= 1")
+    check_range(p.pqfed_target_test_per_source >= 0, "partition.pqfed_target_test_per_source",
            p.pqfed_target_test_per_source, "an integer >= 0")
-    _check(p.pqfed_public_size >= 2, "partition.pqfed_public_size", p.pqfed_public_size, "an integer >= 2")
-    _check(p.pqfed_target_sources < p.pqfed_sources, "partition.pqfed_target_sources", p.pqfed_target_sources,
+    check_range(p.pqfed_public_size >= 2, "partition.pqfed_public_size", p.pqfed_public_size, "an integer >= 2")
+    check_range(p.pqfed_target_sources < p.pqfed_sources, "partition.pqfed_target_sources", p.pqfed_target_sources,
            "an integer in [1, partition.pqfed_sources - 1]")
-    _choice("partition.pqfed_diff", p.pqfed_diff, ("per_slot", "single"))
+    check_choice("partition.pqfed_diff", p.pqfed_diff, ("per_slot", "single"))
     if p.name == "shift":
-        from flplat.data.shift import SHIFT_TYPES
-
-        _choice("partition.shift_type", p.shift_type, SHIFT_TYPES)
-        _check(1 <= p.shift_level <= 8, "partition.shift_level", p.shift_level, "an integer in 1..8")
-        _check(p.num_unseen_clients >= 0, "partition.num_unseen_clients", p.num_unseen_clients, "an integer >= 0")
-        _check(p.samples_per_client >= 0, "partition.samples_per_client", p.samples_per_client,
+        check_choice("partition.shift_type", p.shift_type, names.shift_types)
+        check_range(1 <= p.shift_level <= 8, "partition.shift_level", p.shift_level, "an integer in 1..8")
+        check_range(p.num_unseen_clients >= 0, "partition.num_unseen_clients", p.num_unseen_clients, "an integer >= 0")
+        check_range(p.samples_per_client >= 0, "partition.samples_per_client", p.samples_per_client,
                "an integer >= 0 (0: the pool split evenly)")
-        _check(p.label_bank_size >= 1, "partition.label_bank_size", p.label_bank_size, "an integer >= 1")
-    _check(0.0 <= p.iid_fraction <= 1.0, "partition.iid_fraction", p.iid_fraction, "a number in [0, 1]")
-    _check(0.0 < p.class_fraction_min <= 1.0, "partition.class_fraction_min", p.class_fraction_min,
+        check_range(p.label_bank_size >= 1, "partition.label_bank_size", p.label_bank_size, "an integer >= 1")
+    check_range(0.0 <= p.iid_fraction <= 1.0, "partition.iid_fraction", p.iid_fraction, "a number in [0, 1]")
+    check_range(0.0 < p.class_fraction_min <= 1.0, "partition.class_fraction_min", p.class_fraction_min,
            "a number in (0, 1]")
-    _check(p.class_fraction_min <= p.class_fraction_max <= 1.0, "partition.class_fraction_max",
+    check_range(p.class_fraction_min <= p.class_fraction_max <= 1.0, "partition.class_fraction_max",
            p.class_fraction_max, "a number in [partition.class_fraction_min, 1]")
-    _check(p.size_min > 0 and math.isfinite(p.size_min), "partition.size_min", p.size_min, "a finite number > 0")
-    _check(p.size_min <= p.size_max and math.isfinite(p.size_max), "partition.size_max", p.size_max,
+    check_range(p.size_min > 0 and math.isfinite(p.size_min), "partition.size_min", p.size_min, "a finite number > 0")
+    check_range(p.size_min <= p.size_max and math.isfinite(p.size_max), "partition.size_max", p.size_max,
            "a finite number >= partition.size_min")
     for k in ("train_fraction", "val_fraction", "test_fraction"):
-        _check(0.0 <= p[k] <= 1.0, f"partition.{k}", p[k], "a number in [0, 1]")
+        check_range(0.0 <= p[k] <= 1.0, f"partition.{k}", p[k], "a number in [0, 1]")
     total = p.train_fraction + p.val_fraction + p.test_fraction
-    _check(abs(total - 1.0) < 1e-6, "partition.train_fraction+val_fraction+test_fraction", round(total, 6),
+    check_range(abs(total - 1.0) < 1e-6, "partition.train_fraction+val_fraction+test_fraction", round(total, 6),
            "fractions summing to 1")
-    _check(p.train_fraction > 0, "partition.train_fraction", p.train_fraction, "a number in (0, 1]")
+    check_range(p.train_fraction > 0, "partition.train_fraction", p.train_fraction, "a number in (0, 1]")
 
     f = cfg.federation
-    _check(f.rounds >= 1, "federation.rounds", f.rounds, "an integer >= 1")
-    _check(0.0 < f.client_fraction <= 1.0, "federation.client_fraction", f.client_fraction, "a number in (0, 1]")
-    _check(f.local_epochs >= 1, "federation.local_epochs", f.local_epochs, "an integer >= 1")
-    _check(f.batch_size >= 1, "federation.batch_size", f.batch_size, "an integer >= 1")
-    _check(f.eval_every >= 1, "federation.eval_every", f.eval_every, "an integer >= 1")
-    _check(f.accuracy_window >= 1, "federation.accuracy_window", f.accuracy_window, "an integer >= 1")
-    _check(f.eval_batch_size >= 1, "federation.eval_batch_size", f.eval_batch_size, "an integer >= 1")
-    _check(f.vectorize_group >= 0, "federation.vectorize_group", f.vectorize_group, "an integer >= 0 (0: no limit)")
-    _choice("federation.optimizer.name", f.optimizer.name, OPTIMIZERS)
-    _choice("federation.client_state_dtype", f.client_state_dtype, ("float32", "float16"))
-    _check(f.optimizer.lr > 0, "federation.optimizer.lr", f.optimizer.lr, "a number > 0")
+    check_range(f.rounds >= 1, "federation.rounds", f.rounds, "an integer >= 1")
+    check_range(0.0 < f.client_fraction <= 1.0, "federation.client_fraction", f.client_fraction, "a number in (0, 1]")
+    check_range(f.local_epochs >= 1, "federation.local_epochs", f.local_epochs, "an integer >= 1")
+    check_range(f.batch_size >= 1, "federation.batch_size", f.batch_size, "an integer >= 1")
+    check_range(f.eval_every >= 1, "federation.eval_every", f.eval_every, "an integer >= 1")
+    check_range(f.accuracy_window >= 1, "federation.accuracy_window", f.accuracy_window, "an integer >= 1")
+    check_range(f.eval_batch_size >= 1, "federation.eval_batch_size", f.eval_batch_size, "an integer >= 1")
+    check_range(f.vectorize_group >= 0, "federation.vectorize_group", f.vectorize_group,
+                "an integer >= 0 (0: no limit)")
+    check_choice("federation.optimizer.name", f.optimizer.name, OPTIMIZERS)
+    check_choice("federation.client_state_dtype", f.client_state_dtype, ("float32", "float16"))
+    check_range(f.optimizer.lr > 0, "federation.optimizer.lr", f.optimizer.lr, "a number > 0")
     o = f.optimizer
-    _check(0.0 <= o.momentum < 1.0, "federation.optimizer.momentum", o.momentum, "a number in [0, 1)")
-    _check(o.weight_decay >= 0, "federation.optimizer.weight_decay", o.weight_decay, "a number >= 0")
+    check_range(0.0 <= o.momentum < 1.0, "federation.optimizer.momentum", o.momentum, "a number in [0, 1)")
+    check_range(o.weight_decay >= 0, "federation.optimizer.weight_decay", o.weight_decay, "a number >= 0")
 
     fb = cfg.fabric
-    _choice("fabric.accelerator", fb.accelerator, ACCELERATORS)
-    _choice("fabric.precision", str(fb.precision), PRECISIONS)
-    _check(fb.num_nodes >= 1, "fabric.num_nodes", fb.num_nodes, "an integer >= 1")
-    _check(fb.num_threads >= 0, "fabric.num_threads", fb.num_threads, "an integer >= 0 (0: torch's default)")
+    check_choice("fabric.accelerator", fb.accelerator, ACCELERATORS)
+    check_choice("fabric.precision", str(fb.precision), PRECISIONS)
+    check_range(fb.num_nodes >= 1, "fabric.num_nodes", fb.num_nodes, "an integer >= 1")
+    check_range(fb.num_threads >= 0, "fabric.num_threads", fb.num_threads, "an integer >= 0 (0: torch's default)")
 
     mc = cfg.metrics
-    _choice("metrics.accuracy_key", mc.accuracy_key, ("mean_local_accuracy", "global_accuracy"))
-    _check(mc.last_rounds >= 1, "metrics.last_rounds", mc.last_rounds, "an integer >= 1")
-    _check(all(0.0 < t <= 1.0 for t in mc.target_accuracy), "metrics.target_accuracy", list(mc.target_accuracy),
+    check_choice("metrics.accuracy_key", mc.accuracy_key, ("mean_local_accuracy", "global_accuracy"))
+    check_range(mc.last_rounds >= 1, "metrics.last_rounds", mc.last_rounds, "an integer >= 1")
+    check_range(all(0.0 < t <= 1.0 for t in mc.target_accuracy), "metrics.target_accuracy", list(mc.target_accuracy),
            "a list of numbers in (0, 1]")
     edges = list(mc.class_bucket_edges)
-    _check(len(edges) == 2 and 0 <= edges[0] <= edges[1], "metrics.class_bucket_edges", edges,
+    check_range(len(edges) == 2 and 0 <= edges[0] <= edges[1], "metrics.class_bucket_edges", edges,
            "two numbers [a, b] with 0 <= a <= b")
 
-    cfg.model = _namespaced("model", MODELS, cfg.model)
-    cfg.algorithm = _namespaced("algorithm", ALGORITHMS, cfg.algorithm)
+    cfg.model = namespaced_section("model", names.models, cfg.model)
+    cfg.algorithm = namespaced_section("algorithm", names.algorithms, cfg.algorithm)
     return cfg
 
 

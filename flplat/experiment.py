@@ -1,4 +1,9 @@
-"""Assemble and run one experiment from a validated config.
+"""One experiment: load and validate its config, assemble it, run it with tracking.
+
+This is the assembly layer above the engine: it is where the registries (datasets, partitions, models,
+algorithms) meet the config (:func:`load_config`, the one validation entry point), where a launched Fabric, the
+federated data, the model, the client trainer and the strategy are built (:func:`prepare`) and where the round
+loop runs with its callbacks, MLflow's among them (:func:`run`). Studies (tuning, sweeps) and the CLI sit above it.
 
 Everything that can fail because of the input (data files, an infeasible partition, a precision the device
 lacks) happens in :func:`prepare`, before any MLflow run exists; :func:`run` then trains and tracks.
@@ -19,23 +24,41 @@ from omegaconf import DictConfig, OmegaConf
 
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import FederationInfo, Strategy
-from flplat.client import ClientTrainer
-from flplat.config import ConfigError, flatten, to_yaml
-from flplat.data.base import FederatedData
+from flplat.config import Registries, flatten, parse_config, to_yaml, validate
+from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
 from flplat.data.partitions import build_federation
+from flplat.engine.client import ClientTrainer
+from flplat.engine.orchestrator import Callback, Orchestrator, RunSummary
+from flplat.engine.sharding import default_threads, is_main_process, make_executor
+from flplat.engine.state import derive_seed
+from flplat.errors import ConfigError
 from flplat.metrics.noniid import noniid_summary
 from flplat.models import build_model
-from flplat.orchestrator import Callback, Orchestrator, RunSummary
-from flplat.sharding import default_threads, is_main_process, make_executor
-from flplat.state import derive_seed
 
 log = logging.getLogger("flplat")
 
 
+def registries() -> Registries:
+    """The registered names every config is checked against."""
+    from flplat.data.datasets import DATASETS
+    from flplat.data.partitions import PARTITIONS
+    from flplat.data.shift_partition import SHIFT_TYPES
+    from flplat.models import MODELS
+
+    return Registries(datasets=DATASETS, partitions=PARTITIONS, shift_types=SHIFT_TYPES, models=MODELS,
+                      algorithms=ALGORITHMS)
+
+
+def load_config(path=None, overrides=()) -> DictConfig:
+    """Build the validated config from an optional YAML file plus ``dotted.key=value`` overrides; raises
+    :class:`~flplat.errors.ConfigError` (one line naming the key and the allowed values) on bad input."""
+    return validate(parse_config(path, overrides), registries())
+
+
 def build_fabric(fcfg):
     """A launched Lightning Fabric: one process, or several (``fabric.devices`` × ``fabric.num_nodes``) that
-    shard each round's clients (see :mod:`flplat.sharding`)."""
+    shard each round's clients (see :mod:`flplat.engine.sharding`)."""
     from lightning.fabric import Fabric
 
     accel = fcfg.accelerator
@@ -146,7 +169,7 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     if progress and main:
         cbs.append(ProgressCallback(int(cfg.federation.rounds), f"{cfg.algorithm.name}/{cfg.data.name}"))
     if cfg.tracking.enabled and main:
-        from flplat.tracking import MlflowCallback
+        from flplat.tracking.runs import MlflowCallback
 
         sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
         tracker = MlflowCallback(cfg.tracking, flatten(cfg), to_yaml(cfg), p.partition_metrics,

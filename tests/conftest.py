@@ -28,7 +28,7 @@ def tiny_overrides(**extra) -> list[str]:
 
 @pytest.fixture
 def tiny_cfg():
-    from flplat.config import load_config
+    from flplat.experiment import load_config
 
     def make(**extra):
         return load_config(None, tiny_overrides(**extra))

@@ -11,9 +11,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import tiny_overrides  # noqa: E402
 
-from flplat.config import load_config  # noqa: E402
-from flplat.experiment import run  # noqa: E402
-from flplat.sharding import is_main_process  # noqa: E402
+from flplat.engine.sharding import is_main_process  # noqa: E402
+from flplat.experiment import (
+    load_config,  # noqa: E402
+    run,  # noqa: E402
+)
 
 
 def main() -> None:

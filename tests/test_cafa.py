@@ -9,13 +9,14 @@ from torch import nn
 
 from flplat.algorithms.base import ClientResult, EvalResult, FederationInfo
 from flplat.algorithms.cafa import CAFA
-from flplat.config import ConfigError, PartitionConfig
+from flplat.config import PartitionConfig
 from flplat.data.partitions import cafa_iid_flags, partition
+from flplat.engine.state import ParamLayout
+from flplat.errors import ConfigError
 from flplat.experiment import run
+from flplat.maths.cafa_weights import abfa_weights, cbcc_weights, class_proportions, combine
 from flplat.metrics.curves import curve_summary, window_means
-from flplat.metrics.detection import detection_metrics
-from flplat.state import ParamLayout
-from flplat.weighting import abfa_weights, cbcc_weights, class_proportions, combine
+from flplat.metrics.iid_detection import detection_metrics
 
 
 def test_class_proportions_eq1():

@@ -14,8 +14,8 @@ from flplat.algorithms.base import ClientResult, EvalResult, FederationInfo, Hoo
 from flplat.algorithms.cfl import CFL, bipartition
 from flplat.algorithms.fedprox import ProximalTerm
 from flplat.algorithms.fedsoft import FedSoft, importance_weights, mixture_center
+from flplat.engine.state import ParamLayout
 from flplat.experiment import run
-from flplat.state import ParamLayout
 
 P = 8  # nn.Linear(3, 2): 6 weights + 2 biases, all parameters
 

@@ -69,8 +69,8 @@ def test_precisions_run_on_cpu(tiny_cfg, precision):
 
 
 def test_compute_runs_a_client_function_on_the_requested_split_and_weights(tiny_cfg):
+    from flplat.engine.orchestrator import LocalExecutor
     from flplat.experiment import prepare
-    from flplat.orchestrator import LocalExecutor
 
     p = prepare(tiny_cfg())
     ex = LocalExecutor(p.trainer, p.data, seed=3)
@@ -97,8 +97,8 @@ def test_evaluating_every_client_reads_one_model_at_a_time(tiny_cfg):
     import gc
     import weakref
 
+    from flplat.engine.orchestrator import LazyRequests, LocalExecutor
     from flplat.experiment import prepare
-    from flplat.orchestrator import LazyRequests, LocalExecutor
 
     p = prepare(tiny_cfg())
     ex = LocalExecutor(p.trainer, p.data, seed=0)

@@ -11,10 +11,10 @@ from torch import nn
 
 from flplat.algorithms.base import ClientResult, FederationInfo
 from flplat.algorithms.clust_psi_pfl import ClustPSIPFL, psi_descriptors
-from flplat.config import ConfigError, load_config
-from flplat.experiment import run
+from flplat.engine.state import ParamLayout, ServerState
+from flplat.errors import ConfigError
+from flplat.experiment import load_config, run
 from flplat.metrics.noniid import client_psi
-from flplat.state import ParamLayout, ServerState
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import silhouette_score
 
-from flplat.clustering import kmeans, silhouette_kmeans
+from flplat.maths.clustering import kmeans, silhouette_kmeans
 
 
 def blobs(centers, n=10, spread=0.05, seed=0):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import REPO
 
-from flplat.config import load_config
+from flplat.experiment import load_config
 
 CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if "search_spaces" not in p.parts)
 SPACES = sorted((REPO / "configs" / "search_spaces").glob("*.yaml"))

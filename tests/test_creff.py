@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from flplat.algorithms.creff import CReFF
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
 from flplat.experiment import run
-from flplat.federated_features import class_head_gradients, match_features, matching_distance, retrain_head
+from flplat.maths.creff_features import class_head_gradients, match_features, matching_distance, retrain_head
 
 
 def test_class_head_gradients_match_autograd():

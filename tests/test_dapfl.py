@@ -10,13 +10,19 @@ import pytest
 import torch
 from torch import nn
 
-from flplat.affinity import adjusted_cosine, affinity_matrix, dynamic_weights, pairwise_distances, raw_affinity
 from flplat.algorithms.base import FederationInfo
 from flplat.algorithms.dapfl import DAPFL
-from flplat.config import ConfigError, load_config
-from flplat.experiment import run
+from flplat.engine.state import ParamLayout
+from flplat.errors import ConfigError
+from flplat.experiment import load_config, run
+from flplat.maths.dapfl_affinity import (
+    adjusted_cosine,
+    affinity_matrix,
+    dynamic_weights,
+    pairwise_distances,
+    raw_affinity,
+)
 from flplat.metrics.personalized import bucket_accuracy, mean_last_rounds, rounds_to_target, run_summary
-from flplat.state import ParamLayout
 from tests.conftest import tiny_overrides
 
 # Fig. 1: client 0 holds 80/50/20 samples of classes A/B/C; client 1 the same (group 1), client 4 the reverse
@@ -166,8 +172,8 @@ def test_run_logs_class_buckets_and_final_summaries(tiny_cfg):
 
 
 def test_tracked_run_logs_summaries_and_table_shows_them(tmp_path):
-    from flplat.reports import collect_runs, runs_table
-    from flplat.tracking import store_uris
+    from flplat.tracking.reports import collect_runs, runs_table
+    from flplat.tracking.runs import store_uris
 
     store = str(tmp_path / "mlruns")
     over = tiny_overrides(**{"algorithm.name": "dapfl", "tracking.enabled": "true", "tracking.experiment": "dapfl-t",

@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from flplat.config import ConfigError, DataConfig
+from flplat.config import DataConfig
 from flplat.data import datasets as ds
 from flplat.data.datasets import (
     DATASETS,
@@ -22,6 +22,7 @@ from flplat.data.datasets import (
     load_dataset,
     read_idx,
 )
+from flplat.errors import ConfigError
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 TV_CLASSES = {"mnist": "MNIST", "fmnist": "FashionMNIST", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}

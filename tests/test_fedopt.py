@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from flplat import server_opt
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import ClientResult
 from flplat.algorithms.fedopt import FedAdam, FedOpt
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
 from flplat.experiment import run
-from flplat.server_opt import ServerOpt
+from flplat.maths import server_opt
+from flplat.maths.server_opt import ServerOpt
 
 SPACE = Path(__file__).resolve().parents[1] / "configs" / "search_spaces" / "table2.yaml"
 W = torch.tensor([1.0, 2.0, 3.0])
@@ -202,7 +202,7 @@ def test_reduces_to_fedavg_end_to_end(tiny_cfg):
 
 # ---- the Table II search space ------------------------------------------------------------------------------
 def test_table2_search_space_names_valid_keys_and_holds_the_defaults(tiny_cfg):
-    from flplat.tuning import load_space
+    from flplat.studies.tuning import load_space
 
     space = {name: load_space(SPACE, name) for name in ("fedavgm", "fedadagrad", "fedyogi", "fedadam")}
     for name, grid in space.items():

@@ -9,10 +9,10 @@ from torch import nn
 
 from flplat.algorithms.base import ClientResult, FederationInfo
 from flplat.algorithms.fedpfa import FedPFA
-from flplat.config import ConfigError
+from flplat.engine.state import ParamLayout, ServerState
+from flplat.errors import ConfigError
 from flplat.experiment import run
-from flplat.representation import activation_sparsity, euclidean_distances
-from flplat.state import ParamLayout, ServerState
+from flplat.maths.fedpfa_similarity import activation_sparsity, euclidean_distances
 
 
 def test_activation_sparsity_by_hand():

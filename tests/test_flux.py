@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from flplat.clustering import adaptive_dbscan, dynamic_start, knee_eps, nearest_other_distances
-from flplat.config import ConfigError, load_config
-from flplat.descriptors import (
+from flplat.errors import ConfigError
+from flplat.experiment import load_config, prepare, run
+from flplat.maths.clustering import adaptive_dbscan, dynamic_start, knee_eps, nearest_other_distances
+from flplat.maths.flux_descriptors import (
     DescriptorScaler,
     add_laplace,
     flatten,
@@ -18,7 +19,6 @@ from flplat.descriptors import (
     projected_ranges,
     shared_pca,
 )
-from flplat.experiment import prepare, run
 
 
 # ---------------------------------------------------------------------------------------------- pure maths
@@ -120,7 +120,7 @@ def test_flux_recovers_planted_distributions_and_assigns_unseen_clients():
     assert s.metrics["ari"] == 1.0 and s.metrics["tau"] == len(np.unique(true))
     # unseen clients: the label-free descriptor picks the cluster of their true distribution
     strat, state = p.strategy, s.state
-    from flplat.orchestrator import LocalExecutor
+    from flplat.engine.orchestrator import LocalExecutor
 
     ex = LocalExecutor(p.trainer, p.data, 0)
     w = strat.test_time_weights(state, ex, p.data.unseen_ids)
@@ -173,7 +173,7 @@ def test_test_phase_ensemble_for_methods_without_mechanism_and_yx_not_applicable
     cfg = flux_cfg(**{"algorithm.name": "fedavg"})
     p = prepare(cfg)
     s = _run(cfg)
-    from flplat.orchestrator import LocalExecutor
+    from flplat.engine.orchestrator import LocalExecutor
 
     ex = LocalExecutor(p.trainer, p.data, 0)
     direct = np.mean([r.accuracy for r in ex.evaluate([(q, s.state.weights) for q in p.data.unseen_ids], "test")])
@@ -194,7 +194,7 @@ def test_flux_config_errors():
 def test_recluster_warm_starts_each_new_cluster_from_the_nearest_previous_centroid():
     from flplat.algorithms.base import FederationInfo
     from flplat.algorithms.flux import Flux
-    from flplat.state import ParamLayout, ServerState
+    from flplat.engine.state import ParamLayout, ServerState
 
     info = FederationInfo(num_clients=4, num_classes=2, num_samples=np.ones(4), label_counts=np.ones((4, 2)),
                           client_fraction=1.0, local_epochs=1, layout=ParamLayout(torch.nn.Linear(1, 1)),

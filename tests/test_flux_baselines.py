@@ -13,9 +13,9 @@ from flplat.algorithms.atp import adapt, alpha_grad, entropy
 from flplat.algorithms.base import ClientPlan, ClientView, HookContext
 from flplat.algorithms.ifca import cluster_losses
 from flplat.algorithms.pfedme import MoreauEnvelope
+from flplat.engine.orchestrator import LocalExecutor
+from flplat.engine.state import ParamLayout
 from flplat.experiment import prepare, run
-from flplat.orchestrator import LocalExecutor
-from flplat.state import ParamLayout
 
 
 def _run(cfg):
@@ -281,7 +281,7 @@ def test_atp_test_time_weights_adapt_without_labels(tiny_cfg):
     ("pfedme", "weighting", "median"), ("apfl", "alpha", 1.5), ("atp", "grad_norm", "l2"), ("atp", "adapt_steps", 0),
 ])
 def test_bad_values_name_the_key(tiny_cfg, algo, key, value):
-    from flplat.config import ConfigError
+    from flplat.errors import ConfigError
 
     with pytest.raises(ConfigError, match=f"algorithm.{key}="):
         tiny_cfg(**{"algorithm.name": algo, f"algorithm.{key}": value})

@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from flplat.config import ConfigError, _namespaced
+from flplat.config import namespaced_section
+from flplat.errors import ConfigError
 from flplat.models import MODELS, ModelSpec, SplitModel, build_model, register_model
 
 IMAGE_MODELS = ("fmnist_cnn", "cifar_cnn", "lenet5")
@@ -148,7 +149,7 @@ def test_config_fields_change_the_architecture() -> None:
 
 
 def test_build_model_accepts_dictconfig_and_plain_objects() -> None:
-    section = _namespaced("model", MODELS, {"name": "mlp", "hidden": [16, 8]})
+    section = namespaced_section("model", MODELS, {"name": "mlp", "hidden": [16, 8]})
     assert list(section.keys()) == ["name", "hidden", "dropout"]
     m1 = build_model(section, (1, 8, 8), 10)
     m2 = build_model(OmegaConf.create({"name": "mlp", "hidden": [16, 8]}), (1, 8, 8), 10)
@@ -168,15 +169,15 @@ def test_registry_and_config_errors() -> None:
     with pytest.raises(ConfigError, match=r"model.dropout=1.5 is out of range"):
         build_model({"name": "mlp", "dropout": 1.5}, (10,), 2)
     with pytest.raises(ConfigError, match=r"model.hidden="):
-        _namespaced("model", MODELS, {"name": "mlp3x500", "hidden": [500, 0]})
+        namespaced_section("model", MODELS, {"name": "mlp3x500", "hidden": [500, 0]})
     with pytest.raises(ConfigError, match=r"model.kernel_size=4"):
-        _namespaced("model", MODELS, {"name": "fmnist_cnn", "kernel_size": 4})
+        namespaced_section("model", MODELS, {"name": "fmnist_cnn", "kernel_size": 4})
     with pytest.raises(ConfigError, match=r"model.block_dropout="):
-        _namespaced("model", MODELS, {"name": "cifar_cnn", "block_dropout": [0.2, 0.3]})
+        namespaced_section("model", MODELS, {"name": "cifar_cnn", "block_dropout": [0.2, 0.3]})
     with pytest.raises(ConfigError, match=r"model.channels="):
-        _namespaced("model", MODELS, {"name": "lenet5", "channels": [6, 16, 32]})
+        namespaced_section("model", MODELS, {"name": "lenet5", "channels": [6, 16, 32]})
     with pytest.raises(ConfigError, match=r"model.hidden"):
-        _namespaced("model", MODELS, {"name": "mlp", "hidden": ["wide"]})
+        namespaced_section("model", MODELS, {"name": "mlp", "hidden": ["wide"]})
     with pytest.raises(ConfigError, match="num_classes"):
         build_model({"name": "mlp"}, (10,), 0)
     with pytest.raises(ConfigError, match="input shape"):

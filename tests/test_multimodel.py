@@ -12,7 +12,8 @@ from torch import nn
 from flplat.algorithms.fedem import draw_components
 from flplat.algorithms.fedrc import FedRC
 from flplat.algorithms.fesem import nearest_center, weighted_kmeans_step
-from flplat.multimodel import (
+from flplat.engine.state import ParamLayout
+from flplat.maths.multimodel import (
     cluster_losses,
     drift_distance,
     merge_groups,
@@ -22,7 +23,6 @@ from flplat.multimodel import (
     sample_losses,
     stacked_logits,
 )
-from flplat.state import ParamLayout
 
 
 def _net():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from flplat.config import ConfigError, PartitionConfig
-from flplat.data.base import Dataset
+from flplat.config import PartitionConfig
+from flplat.data.containers import Dataset
 from flplat.data.partitions import (
     PARTITIONS,
     InfeasiblePartitionError,
@@ -17,6 +17,7 @@ from flplat.data.partitions import (
     partition,
     split_client,
 )
+from flplat.errors import ConfigError
 from flplat.metrics.noniid import wpsi
 
 

@@ -13,8 +13,8 @@ from torch import nn
 from flplat.algorithms.base import ClientPlan, ClientResult, FederationInfo, HookContext
 from flplat.algorithms.fedamp import attention_weights
 from flplat.algorithms.feddyn import DynamicRegularizer, FedDyn
+from flplat.engine.state import ParamLayout
 from flplat.experiment import prepare, run
-from flplat.state import ParamLayout
 
 
 def _run(cfg):

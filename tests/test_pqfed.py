@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from flplat import pqfed_math as pm
-from flplat.config import ConfigError, load_config
-from flplat.experiment import run
+from flplat.errors import ConfigError
+from flplat.experiment import load_config, run
+from flplat.maths import pqfed as pm
 
 
 # ------------------------------------------------------------------------------------------------ pure maths
@@ -90,7 +90,7 @@ def _pqfed_partition(**extra):
 def _build(overrides):
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
-    from flplat.data.pqfed import pqfed_sources
+    from flplat.data.pqfed_partition import pqfed_sources
 
     cfg = load_config(None, overrides)
     ds = load_dataset(cfg.data, 0)

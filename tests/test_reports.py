@@ -1,6 +1,6 @@
 from flplat.config import DataConfig
 from flplat.data.datasets import load_dataset
-from flplat.reports import noniid_curves, runs_table
+from flplat.tracking.reports import noniid_curves, runs_table
 
 
 def _row(algo, part, val, acc, ad=0.1, sdad=0.05):
@@ -31,10 +31,9 @@ def test_noniid_curves_wpsi_decreases_towards_iid():
 def test_silhouette_curves_from_tracked_clust_psi_pfl_run(tmp_path):
     from conftest import tiny_overrides
 
-    from flplat.config import load_config
-    from flplat.experiment import run
-    from flplat.reports import collect_runs, plot_silhouette_curves, silhouette_curves
-    from flplat.tracking import store_uris
+    from flplat.experiment import load_config, run
+    from flplat.tracking.reports import collect_runs, plot_silhouette_curves, silhouette_curves
+    from flplat.tracking.runs import store_uris
 
     over = tiny_overrides(**{"algorithm.name": "clust_psi_pfl", "partition.name": "similarity",
                              "partition.similarity": 0.0, "tracking.enabled": "true", "tracking.experiment": "fig5",

@@ -11,8 +11,8 @@ from flplat.algorithms.base import ClientResult, EvalResult, FederationInfo
 from flplat.algorithms.fedcls import FedCLS, hamming_groups, loss_ranked_selection
 from flplat.algorithms.haccs import HACCS, cluster_scores, hellinger_optics, simulate_latency
 from flplat.algorithms.power_of_choice import PowerOfChoice, sample_proportional
-from flplat.config import ConfigError
-from flplat.state import ServerState
+from flplat.engine.state import ServerState
+from flplat.errors import ConfigError
 
 STATE = ServerState(weights=torch.zeros(2))
 

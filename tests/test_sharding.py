@@ -13,9 +13,8 @@ import torch
 from conftest import REPO, tiny_overrides
 
 from flplat.algorithms import ALGORITHMS
-from flplat.config import load_config
-from flplat.experiment import run
-from flplat.sharding import balance
+from flplat.engine.sharding import balance
+from flplat.experiment import load_config, run
 
 
 def test_balance_is_greedy_and_complete():
@@ -97,8 +96,8 @@ def test_two_nodes_through_torchrun_match_one_process(tmp_path):
     for k in ("LOCAL_RANK", "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "PYTEST_XDIST_WORKER"):
         env.pop(k, None)
     over = tiny_overrides(**{"algorithm.name": "fedavg", "fabric.num_threads": 1, "federation.rounds": 3})
-    script = ("import json, sys; from flplat.config import load_config; from flplat.experiment import run; "
-              "from flplat.sharding import is_main_process; "
+    script = ("import json, sys; from flplat.experiment import load_config, run; "
+              "from flplat.engine.sharding import is_main_process; "
               "s, _ = run(load_config(None, sys.argv[2:]), progress=False); "
               "is_main_process() and open(sys.argv[1], 'w').write(json.dumps(s.metrics))")
     (tmp_path / "node.py").write_text(script)
@@ -123,7 +122,7 @@ def test_two_nodes_through_torchrun_match_one_process(tmp_path):
 def test_launch_early_only_for_one_node_integer_devices_without_external_launcher(monkeypatch):
     from types import SimpleNamespace
 
-    from flplat.launch import launch_early
+    from flplat.engine.launch import launch_early
 
     for k in ("LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(k, raising=False)

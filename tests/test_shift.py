@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from flplat.config import ConfigError, load_config
-from flplat.data.base import Dataset
+from flplat.data.containers import Dataset
 from flplat.data.partitions import build_federation
-from flplat.data.shift import Distribution, apply, colourise, distributions, rotate
+from flplat.data.shift_partition import Distribution, apply, colourise, distributions, rotate
+from flplat.errors import ConfigError
+from flplat.experiment import load_config
 
 
 def shift_cfg(**extra):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_overrides
 
-from flplat.config import ConfigError
-from flplat.tuning import grid_size, load_space, sweep_seeds, tune
+from flplat.errors import ConfigError
+from flplat.studies.tuning import grid_size, load_space, sweep_seeds, tune
 
 
 def _space(tmp_path, text):

@@ -1,4 +1,4 @@
-"""Vectorised clients (flplat/vectorized.py) against the per-client loop they replace."""
+"""Vectorised clients (flplat/engine/vectorized.py) against the per-client loop they replace."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from conftest import tiny_overrides
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import ClientPlan, LocalHook
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.config import ConfigError, load_config
-from flplat.experiment import prepare, run
-from flplat.orchestrator import LocalExecutor
-from flplat.vectorized import FunctionalOptimizer, VectorizedTrainer
+from flplat.engine.orchestrator import LocalExecutor
+from flplat.engine.vectorized import FunctionalOptimizer, VectorizedTrainer
+from flplat.errors import ConfigError
+from flplat.experiment import load_config, prepare, run
 
 CNN = {"data.name": "digits", "partition.num_clients": 24, "model.name": "fmnist_cnn", "model.channels": "[4,8]",
        "model.dense": 16, "federation.batch_size": 32}

@@ -2,7 +2,7 @@
 
 Descriptors are those the algorithm builds: label counts of K clients (200 samples each, C = 10 classes,
 Dirichlet(alpha) label skew) -> [PSI_i, PSI_i,1..C] (C + 1 = 11 features) -> StandardScaler. Timed: only
-:func:`flplat.clustering.silhouette_kmeans` with the algorithm's default config (``max_clusters``,
+:func:`flplat.maths.clustering.silhouette_kmeans` with the algorithm's default config (``max_clusters``,
 ``silhouette_sample``, ``n_init``), median over ``--repeats`` runs after one untimed warm-up.
 
     python tools/bench_clustering.py
@@ -23,7 +23,7 @@ from sklearn.preprocessing import StandardScaler
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from flplat.algorithms.clust_psi_pfl import ClustPSIPFL, psi_descriptors  # noqa: E402
-from flplat.clustering import silhouette_kmeans  # noqa: E402
+from flplat.maths.clustering import silhouette_kmeans  # noqa: E402
 
 
 def descriptors(K: int, C: int, alpha: float, seed: int) -> np.ndarray:

@@ -49,12 +49,15 @@ NVML_BEFORE = os.environ.get(NVML_VAR)
 from benchlib import fedavg_overrides  # noqa: E402
 
 from flplat.algorithms.base import sample_uniform  # noqa: E402
-from flplat.client import batch_bounds  # noqa: E402
-from flplat.config import load_config  # noqa: E402
-from flplat.experiment import Prepared, prepare  # noqa: E402
+from flplat.engine.client import batch_bounds  # noqa: E402
+from flplat.engine.orchestrator import LocalExecutor, Orchestrator  # noqa: E402
+from flplat.engine.state import derive_seed  # noqa: E402
+from flplat.experiment import (  # noqa: E402
+    Prepared,
+    load_config,  # noqa: E402
+    prepare,
+)
 from flplat.models import build_model  # noqa: E402
-from flplat.orchestrator import LocalExecutor, Orchestrator  # noqa: E402
-from flplat.state import derive_seed  # noqa: E402
 
 TARGET = 1.15
 

@@ -10,8 +10,8 @@ one untimed warm-up run of each, so this machine's speed drift hits them alike):
   ``all_reduce`` sums the buffers, and the global model is the quotient; at the end every client's test split
   is scored (sharded, counts all-reduced) and rank 0 scores the global test set.
 * ``sharded`` — ``flplat``'s FedAvg with ``fabric.devices=--procs`` on CPU (started as ``flplat run`` starts
-  them, :func:`flplat.launch.launch_early`; one torch thread each; the weighted mean is one all-reduce, see
-  ``flplat/sharding.py``).
+  them, :func:`flplat.engine.launch.launch_early`; one torch thread each; the weighted mean is one all-reduce, see
+  ``flplat/engine/sharding.py``).
 * ``vectorized`` — ``federation.vectorize=true``; ``--vec-devices`` processes (default 1 with
   ``--procs`` threads: vectorised kernels use several threads well).
 
@@ -57,16 +57,16 @@ def overrides(args, devices: int, threads: int, vectorize: bool) -> list[str]:
 
 
 def platform_worker(args, out: str) -> None:
-    from flplat.config import load_config
-    from flplat.launch import finish, launch_early
+    from flplat.engine.launch import finish, launch_early
+    from flplat.experiment import load_config
 
     vec = args.worker == "vectorized"
     devices = args.vec_devices if vec else args.procs
     threads = max(1, args.procs // devices)
     cfg = load_config(None, overrides(args, devices, threads, vec))
     procs = launch_early(cfg.fabric)  # as `flplat run` does: the other processes start before the heavy imports
+    from flplat.engine.sharding import is_main_process
     from flplat.experiment import run
-    from flplat.sharding import is_main_process
 
     summary, _ = run(cfg, progress=False)
     finish(procs, 0)
@@ -87,12 +87,12 @@ def _reference_rank(rank: int, world: int, port: int, args, out: str) -> None:
     import torch.nn.functional as F
 
     from flplat.algorithms.base import sample_uniform
-    from flplat.client import batch_bounds
-    from flplat.config import load_config
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
+    from flplat.engine.client import batch_bounds
+    from flplat.engine.state import derive_seed
+    from flplat.experiment import load_config
     from flplat.models import build_model
-    from flplat.state import derive_seed
 
     torch.set_num_threads(1)
     os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # a script that never imports lightning

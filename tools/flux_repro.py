@@ -5,7 +5,8 @@ can be interrupted and resumed: finished cells are skipped) and writes a Markdow
 test-phase accuracy (mean ± std over seeds; P(Y|X) test phase is "n/a": it needs labels) to ``--out``.
 
     python tools/flux_repro.py --dataset mnist --levels 2,5,8 --methods fedavg,cfl,flux,flux_prior --seeds 0 \\
-        --jsonl docs/flux_runs.jsonl --out docs/flux_table.md -- partition.samples_per_client=300 fabric.num_threads=1
+        --jsonl docs/results/flux/runs.jsonl --out docs/results/flux/table.md -- \\
+        partition.samples_per_client=300 fabric.num_threads=1
 
 ``--report a.jsonl,b.jsonl`` only writes the table of runs already recorded (e.g. from two processes).
 Everything after ``--`` is passed as config overrides to every run (reductions for CPU time go there).
@@ -33,8 +34,7 @@ DBSCAN_SCALING = {"fmnist": 0.95, "cifar100": 0.98}  # App. D.2 (1.0 elsewhere)
 
 
 def run_cell(config: Path, method: str, seed: int, overrides: list[str], dataset: str) -> dict:
-    from flplat.config import load_config
-    from flplat.experiment import run
+    from flplat.experiment import load_config, run
 
     extra = [f"algorithm.dbscan_scaling={DBSCAN_SCALING[dataset]}"] if method.startswith("flux") and \
         dataset in DBSCAN_SCALING else []
@@ -105,8 +105,8 @@ def main() -> None:
     ap.add_argument("--methods", default="fedavg,cfl,flux,flux_prior")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--configs", default="configs/flux/table1")
-    ap.add_argument("--jsonl", default="docs/flux_runs.jsonl")
-    ap.add_argument("--out", default="docs/flux_table.md")
+    ap.add_argument("--jsonl", default="docs/results/flux/runs.jsonl")
+    ap.add_argument("--out", default="docs/results/flux/table.md")
     ap.add_argument("--report", default=None,
                     help="comma-separated JSONL files: only write the table of their runs (no training)")
     ap.add_argument("overrides", nargs="*")

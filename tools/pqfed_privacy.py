@@ -2,15 +2,15 @@
 inference power and advantage against ε), on MNIST with the ``pqfed`` partition.
 
 Fig. 3: per repetition, the pqfed partition (seed = repetition) builds the target and 10 clients at r = 0.1..1.0;
-every client projects its data with the public PCA, adds Laplace noise (flplat.pqfed_math.laplace_ldp, range from
+every client projects its data with the public PCA, adds Laplace noise (flplat.maths.pqfed.laplace_ldp, range from
 the public sample), the server runs K-means on the pooled noisy features and computes each client's EMD to the
 target, with both the raw and the max-normalised centroid distances as ground cost. This is exactly
 ``PQFed.similarity`` without the training. Means over repetitions are written as CSV and plotted.
 
-MIA: the attack of §V-D (flplat.pqfed_math.membership_inference) on every client's clean PCA features, averaged
+MIA: the attack of §V-D (flplat.maths.pqfed.membership_inference) on every client's clean PCA features, averaged
 over clients, for each ε.
 
-    python tools/pqfed_privacy.py --repeats 10 --out docs
+    python tools/pqfed_privacy.py --repeats 10 --out docs/results/pqfed
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flplat import pqfed_math as pm  # noqa: E402
-from flplat.config import load_config  # noqa: E402
 from flplat.data.datasets import load_dataset  # noqa: E402
 from flplat.data.partitions import build_federation  # noqa: E402
+from flplat.experiment import load_config  # noqa: E402
+from flplat.maths import pqfed as pm  # noqa: E402
 
 RATES = [round(0.1 * i, 1) for i in range(1, 11)]
 
@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     ap.add_argument("--clusters", type=int, default=15)
     ap.add_argument("--components", type=int, default=50)
     ap.add_argument("--samples-per-source", type=int, default=400)
-    ap.add_argument("--out", default="docs")
+    ap.add_argument("--out", default="docs/results/pqfed")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -82,13 +82,13 @@ def main(argv=None) -> None:
     lines = ["ground_cost,epsilon," + ",".join(f"r={r}" for r in RATES)]
     for (e, g), rows in emd.items():
         lines.append(f"{g},{e}," + ",".join(f"{v:.4f}" for v in np.mean(rows, axis=0)))
-    (out / "pqfed_fig3_mnist.csv").write_text("\n".join(lines) + "\n")
+    (out / "fig3_mnist.csv").write_text("\n".join(lines) + "\n")
     mlines = ["epsilon,power,fpr,advantage,advantage_min_client,advantage_max_client"]
     for e, res in mia.items():
         adv = [r["advantage"] for r in res]
         mlines.append(f"{e},{np.mean([r['power'] for r in res]):.4f},{np.mean([r['fpr'] for r in res]):.4f},"
                       f"{np.mean(adv):.4f},{np.min(adv):.4f},{np.max(adv):.4f}")
-    (out / "pqfed_mia_mnist.csv").write_text("\n".join(mlines) + "\n")
+    (out / "mia_mnist.csv").write_text("\n".join(mlines) + "\n")
     print("\n".join(lines + [""] + mlines))
 
     import matplotlib
@@ -106,7 +106,7 @@ def main(argv=None) -> None:
         ax.legend()
     fig.suptitle(f"PQFed Fig. 3 (mean of {a.repeats} repetitions)")
     fig.tight_layout()
-    fig.savefig(out / "pqfed_fig3_mnist.png", dpi=120)
+    fig.savefig(out / "fig3_mnist.png", dpi=120)
 
 
 if __name__ == "__main__":

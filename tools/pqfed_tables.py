@@ -11,10 +11,10 @@ reported number is the target client's test accuracy after the last round (``tar
 * ``table8``  -- Algorithm 2 on the same federation (selection all, mode incremental, no early stop so that every
   stage is reported; the stage where Algorithm 2 stops is marked).
 
-Results are appended as JSON lines to ``--out``/pqfed_runs.jsonl (one per run), so partial results survive.
+Results are appended as JSON lines to ``--out``/runs.jsonl (one per run), so partial results survive.
 
     python tools/pqfed_tables.py table6 table5 --samples-per-source 100 --rounds 10
-    python tools/pqfed_tables.py render docs      # markdown tables from docs/pqfed_runs.jsonl
+    python tools/pqfed_tables.py render docs/results/pqfed   # markdown tables from docs/results/pqfed/runs.jsonl
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flplat.config import load_config  # noqa: E402
-from flplat.experiment import run  # noqa: E402
+from flplat.experiment import (
+    load_config,  # noqa: E402
+    run,  # noqa: E402
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RATES = [round(0.1 * i, 1) for i in range(11)]
@@ -56,7 +58,7 @@ def record(a, table, row, **over):
     res.update({"table": table, "row": row, "seed": a.seed, "rounds": a.rounds,
                 "samples_per_source": a.samples_per_source,
                 "overrides": {k: v for k, v in over.items() if k != "rates"}})
-    with open(Path(a.out) / "pqfed_runs.jsonl", "a") as f:
+    with open(Path(a.out) / "runs.jsonl", "a") as f:
         f.write(json.dumps(res) + "\n")
     print(table, row, res["target_accuracy"], res["collaborators"], f"{res['seconds']}s", flush=True)
 
@@ -112,7 +114,7 @@ def render(path: Path) -> str:
 
 def main(argv=None) -> None:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "render":
-        print(render(Path(sys.argv[2] if len(sys.argv) > 2 else "docs") / "pqfed_runs.jsonl"))
+        print(render(Path(sys.argv[2] if len(sys.argv) > 2 else "docs/results/pqfed") / "runs.jsonl"))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("tables", nargs="+", choices=["table2", "table5", "table6", "table8"])
@@ -123,7 +125,7 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds-per-stage", type=int, default=20)
     ap.add_argument("--epsilon", default="10.0")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="docs")
+    ap.add_argument("--out", default="docs/results/pqfed")
     a = ap.parse_args(argv)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     eps = {"algorithm.epsilon": a.epsilon}

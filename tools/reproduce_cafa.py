@@ -5,7 +5,7 @@ Examples (the runs of docs/results.md):
   python tools/reproduce_cafa.py detection --dataset fmnist --seeds 0 1 2 3 4
   python tools/reproduce_cafa.py train --config configs/cafa/table5_fmnist.yaml --seeds 0 \\
       --set federation.rounds=50 federation.accuracy_window=10 partition.size_min=0.1 partition.size_max=0.2 \\
-      fabric.num_threads=1 --out results_cafa/table5.json
+      fabric.num_threads=1 --out docs/results/cafa/table5.json
 
 ``detection`` partitions the dataset with ``partition.name=cafa`` (25% / 50% IID; 20, 40, 60 clients as the paper's
 Cases 1-3) and runs CBCC exactly as the ``cafa`` strategy does (class proportions of the train splits, silhouette
@@ -38,13 +38,13 @@ METHODS = {  # name in the tables -> overrides
 
 
 def detection(args) -> None:
-    from flplat.clustering import silhouette_kmeans
-    from flplat.config import load_config
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
-    from flplat.metrics.detection import detection_metrics
-    from flplat.state import derive_seed
-    from flplat.weighting import cbcc_weights, class_proportions
+    from flplat.engine.state import derive_seed
+    from flplat.experiment import load_config
+    from flplat.maths.cafa_weights import cbcc_weights, class_proportions
+    from flplat.maths.clustering import silhouette_kmeans
+    from flplat.metrics.iid_detection import detection_metrics
 
     for frac, title in ((0.25, "Table II: 25% IID"), (0.5, "Table III: 50% IID")):
         print(f"\n### {title} ({args.dataset}, mean over seeds {' '.join(map(str, args.seeds))})\n")
@@ -74,8 +74,7 @@ def detection(args) -> None:
 
 
 def train(args) -> None:
-    from flplat.config import load_config
-    from flplat.experiment import run
+    from flplat.experiment import load_config, run
 
     out = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
     for seed in args.seeds:
@@ -102,7 +101,7 @@ def import_runs(args) -> None:
     stopped early) into a JSON file like ``train`` writes."""
     from mlflow.tracking import MlflowClient
 
-    from flplat.tracking import store_uris
+    from flplat.tracking.runs import store_uris
 
     client = MlflowClient(tracking_uri=store_uris(None, args.store_dir)[0])
     exp = client.get_experiment_by_name(args.experiment)

@@ -2,8 +2,8 @@
 
 Example (the grid of docs/results.md):
   python tools/reproduce_dapfl.py --datasets digits --clients 20 100 --alphas 1.0 0.5 \\
-      --results runs_dapfl_digits.jsonl --experiment dapfl-digits
-  python tools/reproduce_dapfl.py --table-only --results runs_dapfl_digits.jsonl runs_dapfl_fmnist.jsonl
+      --results docs/results/dapfl/digits.jsonl --experiment dapfl-digits
+  python tools/reproduce_dapfl.py --table-only --results docs/results/dapfl/digits.jsonl docs/results/dapfl/fmnist.jsonl
 
 A method is ``NAME`` from the built-in list (--list) or ``NAME:key=value,key=value`` (e.g. a method added later:
 ``ifca:algorithm.name=ifca,algorithm.num_clusters=3``). Each finished run appends one JSON line (config cell,
@@ -97,7 +97,8 @@ def main() -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
     ap.add_argument("--experiment", default="dapfl-repro", help="MLflow experiment of the runs")
     ap.add_argument("--no-track", action="store_true", help="do not log the runs to MLflow")
-    ap.add_argument("--results", nargs="+", default=["dapfl_runs.jsonl"], help="JSON-lines file(s): append / read")
+    ap.add_argument("--results", nargs="+", default=["docs/results/dapfl/runs.jsonl"],
+                    help="JSON-lines file(s): append / read")
     ap.add_argument("--out", default=None, help="also write the tables (markdown) here")
     ap.add_argument("--table-only", action="store_true", help="only print the tables from --results")
     ap.add_argument("--list", action="store_true", help="print the built-in methods and exit")
@@ -108,8 +109,8 @@ def main() -> int:
         return 0
 
     if not args.table_only:
-        from flplat.config import ConfigError, load_config
-        from flplat.experiment import run
+        from flplat.errors import ConfigError
+        from flplat.experiment import load_config, run
 
         for ds in args.datasets:
             for k in args.clients:

@@ -29,10 +29,10 @@ def main() -> int:
     ap.add_argument("--experiment", required=True)
     args = ap.parse_args()
 
-    from flplat.config import ConfigError, load_config
-    from flplat.experiment import run
-    from flplat.reports import collect_runs, runs_table
-    from flplat.tracking import store_uris
+    from flplat.errors import ConfigError
+    from flplat.experiment import load_config, run
+    from flplat.tracking.reports import collect_runs, runs_table
+    from flplat.tracking.runs import store_uris
 
     jobs = []
     for cell in args.cells:

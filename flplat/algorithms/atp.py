@@ -39,11 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from flplat.aggregation import fedavg
 from flplat.algorithms import register
 from flplat.algorithms.base import Strategy
-from flplat.config import ConfigError
-from flplat.state import ServerState, derive_seed
+from flplat.engine.state import ServerState, derive_seed
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import fedavg
 
 
 def _up(t: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ The orchestrator owns the one round loop and asks the strategy, each round, to
 1. ``select`` the participating clients (uniform sampling of a fraction q by default; Power-of-Choice,
    HACCS or FedCLS override it),
 2. ``plan`` each selected client's local work (start weights, extra loss terms, epochs, trainable part),
-3. ``aggregate`` the clients' results into the next :class:`~flplat.state.ServerState`,
+3. ``aggregate`` the clients' results into the next :class:`~flplat.engine.state.ServerState`,
 
 and for evaluation, ``eval_weights`` says which model a client would use (global, its cluster's, its own).
 Strategies never load data, pick devices, seed global RNGs or log: they receive a numpy ``Generator`` for
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from flplat.state import ParamLayout, ServerState
+from flplat.engine.state import ParamLayout, ServerState
 
 
 @dataclass
@@ -66,7 +66,7 @@ class LocalHook:
 
     def functional_loss(self, params: list[torch.Tensor]) -> torch.Tensor | None:
         """``loss`` as a pure function of ``params`` (one tensor per parameter, in ``HookContext.params`` order),
-        for vectorised clients (:mod:`flplat.vectorized`), which call it after ``setup`` with one client's slices
+        for vectorised clients (:mod:`flplat.engine.vectorized`), which call it after ``setup`` with one client's slices
         of the stacked parameters. A hook that overrides ``loss`` but not this, or that overrides ``after_step``,
         makes its client fall back to the per-client loop."""
         return None
@@ -185,7 +185,7 @@ class FederationInfo:
 
     def client_store(self, default: torch.Tensor | None = None, size: int | None = None, name: str = "personal"):
         """A per-client state store configured by ``federation.client_state_dtype`` / ``client_state_dir``."""
-        from flplat.state import ClientStore
+        from flplat.engine.state import ClientStore
 
         path = None if self.state_dir is None else f"{self.state_dir}/{name}.bin"
         return ClientStore(self.num_clients, size or self.num_params, default, self.state_dtype, path)
@@ -285,8 +285,8 @@ class Strategy(ABC):
 
 class PersonalizedStrategy(Strategy):
     """Base for methods where every client keeps its own model in ``state.personal`` (a compact
-    :class:`~flplat.state.ClientStore`): each trained model is stored back and each client is scored with its own.
-    There is no single global model."""
+    :class:`~flplat.engine.state.ClientStore`): each trained model is stored back and each client is scored with its
+    own. There is no single global model."""
 
     def aggregate(self, state: ServerState, results: list[ClientResult], ops: FederationOps) -> ServerState:
         for r in results:

@@ -3,12 +3,12 @@ Model Sharing" (Clustering and Accuracy-based Federated Aggregation, §III, Algo
 
 One global model. Before round 1, **CBCC** (§III-A): every client's class proportions v_i (Eqs. 1-2) are clustered
 by K-means with the number of clusters k chosen by the mean silhouette over k = 2..n-1 (Eqs. 3-6; the shared
-:func:`flplat.clustering.silhouette_kmeans`, smallest k at the maximum); the largest cluster is the IID cluster
+:func:`flplat.maths.clustering.silhouette_kmeans`, smallest k at the maximum); the largest cluster is the IID cluster
 (Eq. 7) and each client's CBCC weight is its cluster's size fraction (Eq. 8). Each round, after local training,
 **ABFA** (§III-B): every sampled client's model is evaluated on every sampled client's validation split (one
 ``ops.evaluate`` call with m x m requests) and its weight is its validation-size-weighted accuracy, normalised
 (Eqs. 9-10). The global model is sum_i w^K_i w^A_i W_i / sum_j w^K_j w^A_j over the sampled clients (Eq. 11).
-The maths are the pure functions of :mod:`flplat.weighting`.
+The maths are the pure functions of :mod:`flplat.maths.cafa_weights`.
 
 Config keys (the paper's reading is the default):
 
@@ -17,7 +17,7 @@ Config keys (the paper's reading is the default):
   factors off and this on, CAFA is exactly FedAvg (tested).
 * ``k``: a fixed number of clusters (the authors' code, SEED-NOTES); null: the silhouette search.
 * ``max_clusters`` (null = n-1, the paper), ``n_init`` (K-means restarts), ``nonpositive_rule`` (every silhouette
-  <= 0: ``one_cluster`` -> every client IID with weight 1, or ``argmax``) -- as in :mod:`flplat.clustering`.
+  <= 0: ``one_cluster`` -> every client IID with weight 1, or ``argmax``) -- as in :mod:`flplat.maths.clustering`.
 * ``abfa_split`` (``val``): the split the shared models are scored on (the paper: 20% validation). Rounds whose
   sampled clients have no samples on it, or where every model scores 0, give equal ABFA weights.
 
@@ -33,14 +33,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.aggregation import stack, weighted_mean
 from flplat.algorithms import register
 from flplat.algorithms.base import Strategy
-from flplat.clustering import NONPOSITIVE_RULES, kmeans, silhouette_kmeans
-from flplat.config import param_choice, param_out_of_range
-from flplat.metrics.detection import detection_metrics
-from flplat.state import ServerState
-from flplat.weighting import abfa_weights, cbcc_weights, class_proportions
+from flplat.engine.state import ServerState
+from flplat.errors import param_choice, param_out_of_range
+from flplat.maths.aggregation import stack, weighted_mean
+from flplat.maths.cafa_weights import abfa_weights, cbcc_weights, class_proportions
+from flplat.maths.clustering import NONPOSITIVE_RULES, kmeans, silhouette_kmeans
+from flplat.metrics.iid_detection import detection_metrics
 
 SPLITS = ("val", "train", "test")
 

@@ -35,11 +35,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flplat.aggregation import fedavg_by_group, stack
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy
-from flplat.config import ConfigError, param_choice
-from flplat.state import ServerState
+from flplat.engine.state import ServerState
+from flplat.errors import ConfigError, param_choice
+from flplat.maths.aggregation import fedavg_by_group, stack
 
 LINKAGES = ("single", "complete", "average")
 ABSENT = ("loss", "first")

@@ -5,7 +5,7 @@ Before round 1 every client reports its label counts; the server computes the cl
 per-class terms (Eq. 2) against the pooled label pmf (:func:`flplat.metrics.noniid.client_psi`, eps added to
 both pmfs), builds the descriptors x_i = [PSI_i, PSI_i,1, ..., PSI_i,C], standardises them (StandardScaler)
 and picks the number of clusters tau with the paper's silhouette search over K-means++ (Algorithm "PSI-based
-selection of the number of clusters", :func:`flplat.clustering.silhouette_kmeans`: smallest j at the maximum
+selection of the number of clusters", :func:`flplat.maths.clustering.silhouette_kmeans`: smallest j at the maximum
 silhouette). Training is then FedAvg inside each cluster: a client starts from, and is evaluated with, its
 cluster's model, and each cluster model is the sample-weighted mean of its own clients' results.
 
@@ -33,13 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.aggregation import stack, weighted_mean
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
-from flplat.clustering import NONPOSITIVE_RULES, kmeans, silhouette_kmeans
-from flplat.config import param_choice, param_out_of_range
+from flplat.engine.state import ServerState
+from flplat.errors import param_choice, param_out_of_range
+from flplat.maths.aggregation import stack, weighted_mean
+from flplat.maths.clustering import NONPOSITIVE_RULES, kmeans, silhouette_kmeans
 from flplat.metrics.noniid import client_psi
-from flplat.state import ServerState
 
 PARTICIPATION = ("global", "per_cluster")
 

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.aggregation import fedavg
 from flplat.algorithms import register
 from flplat.algorithms.base import Strategy
-from flplat.config import ConfigError
-from flplat.federated_features import class_head_gradients, match_features, retrain_head
-from flplat.state import ServerState
+from flplat.engine.state import ServerState
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import fedavg
+from flplat.maths.creff_features import class_head_gradients, match_features, retrain_head
 
 
 def _head_slices(layout) -> tuple[tuple[int, int, tuple], tuple[int, int, tuple] | None]:

@@ -1,6 +1,7 @@
 """DA-PFL — Yang et al., "Dynamic Affinity-based Personalized Federated Learning" (Algorithm 1, §III).
 
-Once, from the clients' train label counts: the affinity c_ij of every pair (Eqs. 3–6, :mod:`flplat.affinity`).
+Once, from the clients' train label counts: the affinity c_ij of every pair (Eqs. 3–6,
+:mod:`flplat.maths.dapfl_affinity`).
 Each round the server samples m clients; for each participant i, from the participants' current personalised
 models w_j (their last local models; the initial model before their first round):
 
@@ -31,11 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.affinity import affinity_matrix, dynamic_weights, pairwise_distances
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, PersonalizedStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
+from flplat.maths.dapfl_affinity import affinity_matrix, dynamic_weights, pairwise_distances
 
 
 @register

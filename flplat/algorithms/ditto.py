@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flplat.aggregation import fedavg
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, Strategy
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import fedavg
 
 
 @register

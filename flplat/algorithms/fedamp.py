@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.affinity import pairwise_distances
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, PersonalizedStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
+from flplat.maths.dapfl_affinity import pairwise_distances
 
 
 def attention_weights(w: torch.Tensor, attention: str, sigma: float, alpha_k: float = 1.0,

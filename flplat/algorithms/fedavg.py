@@ -8,9 +8,9 @@ from the global model w_t, and the server sets w_{t+1} = Σ_k (n_k / n) w_k^{t+1
 
 from __future__ import annotations
 
-from flplat.aggregation import fedavg
 from flplat.algorithms import register
 from flplat.algorithms.base import Strategy
+from flplat.maths.aggregation import fedavg
 
 
 @register

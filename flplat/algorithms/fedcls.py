@@ -33,7 +33,7 @@ import numpy as np
 from flplat.algorithms import register
 from flplat.algorithms.haccs import LOSS_MODES, LossAwareSelection, round_robin
 from flplat.algorithms.power_of_choice import num_selected
-from flplat.config import ConfigError, param_choice
+from flplat.errors import ConfigError, param_choice
 
 
 def hamming_groups(presence: np.ndarray, tau: float) -> np.ndarray:

@@ -2,7 +2,7 @@
 AISTATS 2023 (Algorithm 1, FedDrift with hierarchical clustering).
 
 Loss-based clustering whose number of clusters changes during training. Each round every sampled client scores
-all current cluster models on its train split (one batched pass, :mod:`flplat.multimodel`; all models are
+all current cluster models on its train split (one batched pass, :mod:`flplat.maths.multimodel`; all models are
 downloaded and counted in ``bytes_down``), then:
 
 * **creation** (drift detection): a client whose data no existing model fits gets a new cluster of its own,
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.aggregation import fedavg_by_group
 from flplat.algorithms import register
 from flplat.algorithms.base import ClusteredStrategy, sample_uniform
 from flplat.algorithms.ifca import plan_with_all_models
-from flplat.config import ConfigError
-from flplat.multimodel import cluster_losses, drift_distance, losses_fn, merge_groups
-from flplat.state import ServerState, derive_seed
+from flplat.engine.state import ServerState, derive_seed
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import fedavg_by_group
+from flplat.maths.multimodel import cluster_losses, drift_distance, losses_fn, merge_groups
 
 CHOICES = {"init": ("per_client", "single"), "drift_rule": ("increase", "absolute")}
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.aggregation import stack
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, LocalHook, Strategy
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import stack
 
 
 class DynamicRegularizer(LocalHook):

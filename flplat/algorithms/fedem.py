@@ -6,7 +6,7 @@ Each client's distribution is a mixture of M shared components: D_t = Σ_m π_tm
 array in ``state.extra["pi"]``, uniform at start). Per round, each sampled client t
 
 * E-step (Eq. 10): q_t(z_i = m) ∝ π_tm exp(−ℓ(h_θm(x_i), y_i)) for each of its train samples i (per-sample losses
-  of all M components in one batched pass, :func:`flplat.multimodel.losses_fn`);
+  of all M components in one batched pass, :func:`flplat.maths.multimodel.losses_fn`);
 * π_tm ← (1/n_t) Σ_i q_t(z_i = m)  (Eq. 11);
 * M-step: trains every component m from θ_m on the q-weighted loss (1/n_t) Σ_i q_t(z_i = m) ℓ(h_θ(x_i), y_i);
 
@@ -32,12 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.aggregation import weighted_mean
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
-from flplat.config import ConfigError
-from flplat.multimodel import mixture_correct, random_models, responsibilities, sample_losses, stacked_logits
-from flplat.state import ServerState, derive_seed
+from flplat.engine.state import ServerState, derive_seed
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import weighted_mean
+from flplat.maths.multimodel import mixture_correct, random_models, responsibilities, sample_losses, stacked_logits
 
 AGGREGATIONS = ("samples", "responsibility")
 

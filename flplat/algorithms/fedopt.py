@@ -6,7 +6,7 @@
   Classification", 2019, Sec. 3 (server momentum v ← βv + Δw, w ← w − v; here with a server lr η, w ← w − ηv).
 
 Each round runs FedAvg on the clients (sample-weighted mean ``avg`` of their models) and then one step of the
-server optimizer :mod:`flplat.server_opt` from the global model towards it; its state (moments, step count)
+server optimizer :mod:`flplat.maths.server_opt` from the global model towards it; its state (moments, step count)
 lives in ``state.opt``. FedAvg is FedOpt with server SGD at η = 1 (``fedopt``'s default). The named variants
 differ only in their Config defaults: the best values of Clust-PSI-PFL's Table II grid search
 (configs/search_spaces/table2.yaml holds the grids).
@@ -35,12 +35,12 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from flplat import server_opt
-from flplat.aggregation import fedavg
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan
 from flplat.algorithms.fedavg import FedAvg
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
+from flplat.maths import server_opt
+from flplat.maths.aggregation import fedavg
 
 
 @register

@@ -6,12 +6,12 @@ Our reading of PFA, as implemented here:
 1. **Federated training** (rounds 1..``warmup_rounds``): plain FedAvg produces the federated model.
 2. **Representation extraction** (end of round ``warmup_rounds``): every client feeds its training data through
    the federated model and reports, for each unit of a post-ReLU layer, the share of zero activations -- its
-   sparsity vector (``ops.compute``, :func:`flplat.representation.activation_sparsity`). PFA's observation is that
-   clients with similar data activate similar units, while the rates reveal little about the samples.
+   sparsity vector (``ops.compute``, :func:`flplat.maths.fedpfa_similarity.activation_sparsity`). PFA's observation
+   is that clients with similar data activate similar units, while the rates reveal little about the samples.
 3. **Client grouping**: the server compares the sparsity vectors by Euclidean distance (the distance matrix is
    logged as an artifact) and groups similar clients. PFA derives groups from that similarity matrix; we group with
    K-means on the same vectors (Euclidean geometry), the number of groups chosen by the silhouette
-   (:func:`flplat.clustering.silhouette_kmeans`) unless ``num_groups`` fixes it.
+   (:func:`flplat.maths.clustering.silhouette_kmeans`) unless ``num_groups`` fixes it.
 4. **Group-wise federated adaptation** (the remaining rounds): every group starts from the federated model and is
    trained by FedAvg among its members; each client is evaluated with its group's model.
 
@@ -28,13 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.aggregation import fedavg, fedavg_by_group
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy
-from flplat.clustering import kmeans, silhouette_kmeans
-from flplat.config import param_choice, param_out_of_range
-from flplat.representation import activation_sparsity, euclidean_distances
-from flplat.state import ServerState
+from flplat.engine.state import ServerState
+from flplat.errors import param_choice, param_out_of_range
+from flplat.maths.aggregation import fedavg, fedavg_by_group
+from flplat.maths.clustering import kmeans, silhouette_kmeans
+from flplat.maths.fedpfa_similarity import activation_sparsity, euclidean_distances
 
 LAYERS = ("features", "latent")
 

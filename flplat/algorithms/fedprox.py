@@ -14,7 +14,7 @@ import torch
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, LocalHook
 from flplat.algorithms.fedavg import FedAvg
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
 
 
 class ProximalTerm(LocalHook):

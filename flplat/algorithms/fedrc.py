@@ -33,7 +33,7 @@ import torch
 
 from flplat.algorithms import register
 from flplat.algorithms.fedem import AGGREGATIONS, FedEM
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
 
 
 @register

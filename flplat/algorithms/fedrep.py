@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.aggregation import stack
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, Strategy
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import stack
 
 
 @register

@@ -44,12 +44,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.aggregation import stack
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.config import ConfigError
-from flplat.state import ServerState
+from flplat.engine.state import ServerState
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import stack
 
 CHOICES = {"selection": ("importance", "uniform"), "local_start": ("mixture", "personal"),
            "eval_model": ("cluster", "personal")}

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.aggregation import stack
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy
-from flplat.config import ConfigError, param_choice
-from flplat.multimodel import random_models
-from flplat.state import ServerState, derive_seed
+from flplat.engine.state import ServerState, derive_seed
+from flplat.errors import ConfigError, param_choice
+from flplat.maths.aggregation import stack
+from flplat.maths.multimodel import random_models
 
 INITS = ("clients", "random")
 

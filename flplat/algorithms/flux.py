@@ -3,16 +3,16 @@ Distribution Shifts" (seed 003): §4.2, Eqs. 6–9 and 14, Algorithms 1–2, App
 
 Training (Algorithm 1). Until clustering starts the federation runs FedAvg; after each round the new global
 model's accuracy A on the participants' ``start_split`` (sample-weighted) feeds the dynamic start rule Eq. 14
-(:func:`flplat.clustering.dynamic_start`: r >= 3 and min dA/dr < T = 0.06, or r >= 0.8R; ``start_round`` > 0
+(:func:`flplat.maths.clustering.dynamic_start`: r >= 3 and min dA/dr < T = 0.06, or r >= 0.8R; ``start_round`` > 0
 fixes the round instead). At the end of the start round the round's participants compute descriptors with that
 global model (the *descriptor model*, kept for the rest of the run): latent min/max → global bounds (S1), the
 shared PCA on 200 seeded uniform points, l = 10 (S2), marginal and class-conditional mean/std of the projected
 latents (S3, Eq. 7), optional Laplace DP with ε = ``dp_epsilon`` (S4, App. C.2); all in
-:mod:`flplat.descriptors`, run client-side through ``ops.compute``. The server min-max scales each group of
+:mod:`flplat.maths.flux_descriptors`, run client-side through ``ops.compute``. The server min-max scales each group of
 statistics (one scaler, fitted then and reused), clusters with the adaptive DBSCAN of App. D.2
-(:func:`flplat.clustering.adaptive_dbscan`: knee of the sorted nearest-other-client distances × ``dbscan_scaling``,
-min_samples = 2, noise → singletons, ``no_knee`` when kneed finds no knee), and every cluster starts from the
-global model. Then each round is per-cluster FedAvg (Algorithm 1 l. 16–17). A client that was not in the
+(:func:`flplat.maths.clustering.adaptive_dbscan`: knee of the sorted nearest-other-client distances ×
+``dbscan_scaling``, min_samples = 2, noise → singletons, ``no_knee`` when kneed finds no knee), and every cluster
+starts from the global model. Then each round is per-cluster FedAvg (Algorithm 1 l. 16–17). A client that was not in the
 clustering computes its descriptor with the descriptor model when it is first selected and joins the nearest
 centroid (Euclidean, full descriptor; Algorithm 1 l. 20–25).
 
@@ -42,12 +42,13 @@ import torch
 from scipy.spatial.distance import cdist
 from threadpoolctl import threadpool_limits
 
-from flplat.aggregation import fedavg, fedavg_by_group, stack
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy
-from flplat.clustering import NO_KNEE_RULES, adaptive_dbscan, dynamic_start, kmeans
-from flplat.config import ConfigError
-from flplat.descriptors import (
+from flplat.engine.state import ServerState, derive_seed
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import fedavg, fedavg_by_group, stack
+from flplat.maths.clustering import NO_KNEE_RULES, adaptive_dbscan, dynamic_start, kmeans
+from flplat.maths.flux_descriptors import (
     DescriptorScaler,
     add_laplace,
     flatten,
@@ -57,7 +58,6 @@ from flplat.descriptors import (
     projected_ranges,
     shared_pca,
 )
-from flplat.state import ServerState, derive_seed
 
 CLUSTERINGS = ("dbscan", "kmeans")
 AGGREGATIONS = ("hard", "soft")

@@ -42,7 +42,7 @@ import numpy as np
 from flplat.algorithms import register
 from flplat.algorithms.fedavg import FedAvg
 from flplat.algorithms.power_of_choice import client_losses, num_selected, sample_proportional
-from flplat.config import param_choice, param_out_of_range
+from flplat.errors import param_choice, param_out_of_range
 from flplat.metrics.noniid import hellinger
 
 LOSS_MODES = ("all", "last")

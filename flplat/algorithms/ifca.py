@@ -7,7 +7,7 @@ the server sends all k models to the sampled clients; client i estimates its clu
 
     ĵ_i = argmin_j F_i(θ_j),   F_i = the mean cross-entropy on its train split,
 
-(one batched pass of the k models over its data, :mod:`flplat.multimodel`) and runs E local epochs on θ_ĵ; the
+(one batched pass of the k models over its data, :mod:`flplat.maths.multimodel`) and runs E local epochs on θ_ĵ; the
 server averages the returned models per cluster (θ_j = Σ_{i: ĵ_i = j} n_i w_i / Σ n_i; a cluster without a
 client this round keeps its model). The k-model download is counted in ``bytes_down``.
 
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flplat.aggregation import fedavg_by_group
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
-from flplat.config import ConfigError, param_choice
-from flplat.multimodel import losses_fn, random_models
-from flplat.state import ServerState, derive_seed
+from flplat.engine.state import ServerState, derive_seed
+from flplat.errors import ConfigError, param_choice
+from flplat.maths.aggregation import fedavg_by_group
+from flplat.maths.multimodel import losses_fn, random_models
 
 REFRESH = ("all", "participants")
 

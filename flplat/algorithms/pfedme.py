@@ -11,7 +11,8 @@ personalised model θ_i solves the inner problem around its local copy w of the 
 
 and the server sets w_{t+1} = (1 − β) w_t + β · mean_i w_i over the sampled clients (β = ``beta``; the paper's
 mean is uniform, ``weighting: uniform``; ``samples`` weights by n_i). θ_i is kept per client (a
-:class:`~flplat.state.ClientStore`) and is the model the client is evaluated with (the global w until it has one).
+:class:`~flplat.engine.state.ClientStore`) and is the model the client is evaluated with (the global w until it
+has one).
 
 Deviation (documented choice): the paper's K inner steps reuse one minibatch; the platform's loop draws a new
 minibatch every step, so the K inner steps see K consecutive minibatches. With ``scale_epochs`` (default) the local
@@ -25,11 +26,11 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.aggregation import stack, weighted_mean
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, LocalHook, Strategy
-from flplat.config import ConfigError
-from flplat.state import ServerState
+from flplat.engine.state import ServerState
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import stack, weighted_mean
 
 WEIGHTING = ("uniform", "samples")
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.aggregation import stack, weighted_mean
 from flplat.algorithms import register
 from flplat.algorithms.fedavg import FedAvg
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
+from flplat.maths.aggregation import stack, weighted_mean
 
 WEIGHTINGS = ("uniform", "samples")
 

@@ -7,7 +7,7 @@ partition's public sample, else the global test inputs); every client projects i
 releases it under Laplace ε-LDP (Eqs. 6-8, ``epsilon``; ``inf``: no noise) through ``ops.compute``; the server
 runs K-means (``num_clusters``) on the pooled noisy features, forms each client's histogram over the clusters and
 the EMD (Eq. 4, POT) between the ``target`` client's histogram and every other one, with the centroid distances
-as ground cost. The maths is in :mod:`flplat.pqfed_math`.
+as ground cost. The maths is in :mod:`flplat.maths.pqfed`.
 
 Collaborators (``selection``): ``strict`` = clients with EMD ≤ ``strict_ratio`` (0.3) × the largest EMD,
 ``lenient`` = ≤ ``lenient_ratio`` (0.6) × it, ``all``, ``none`` (the target alone, i.e. local training) or
@@ -26,7 +26,7 @@ Logged every round: ``target_accuracy`` (the target's test accuracy with the mod
 collaborators, the EMD threshold; in incremental mode the stage, its client and that client's EMD. The EMD of
 every client is a series (``emd_by_client``) and ``pqfed/selection.csv`` an artifact.
 
-Choices where the paper is open: the LDP sensitivity range (``ldp_range``, see :mod:`flplat.pqfed_math`) is fixed
+Choices where the paper is open: the LDP sensitivity range (``ldp_range``, see :mod:`flplat.maths.pqfed`) is fixed
 from the public sample with clipping by default (``local``: each client's own range, the paper's formula); the
 server K-means has ``num_clusters`` = 15 (the paper's elbow choice for MNIST/CIFAR-10); the clients project their
 train split; the EMD ground cost is the raw centroid distance (``ground_cost=normalized``: over its maximum,
@@ -42,10 +42,11 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from flplat import pqfed_math as pm
 from flplat.algorithms import ALGORITHMS, register
 from flplat.algorithms.base import ClientPlan, Strategy
-from flplat.config import ConfigError, _check, _choice, _namespaced
+from flplat.config import namespaced_section
+from flplat.errors import ConfigError, check_choice, check_range
+from flplat.maths import pqfed as pm
 
 INNER = ("fedavg", "fedprox", "feddyn")
 
@@ -90,23 +91,23 @@ class PQFed(Strategy):
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
-        _check(cfg.target >= 0, f"{section}.target", cfg.target, "a client id >= 0")
-        _choice(f"{section}.selection", cfg.selection, pm.SELECTIONS)
+        check_range(cfg.target >= 0, f"{section}.target", cfg.target, "a client id >= 0")
+        check_choice(f"{section}.selection", cfg.selection, pm.SELECTIONS)
         for k in ("strict_ratio", "lenient_ratio"):
-            _check(0.0 <= cfg[k] <= 1.0, f"{section}.{k}", cfg[k], "a number in [0, 1]")
+            check_range(0.0 <= cfg[k] <= 1.0, f"{section}.{k}", cfg[k], "a number in [0, 1]")
         inner = [n for n in INNER if n in ALGORITHMS]
-        _choice(f"{section}.inner", cfg.inner, inner)
-        _namespaced(f"{section}.inner_params", ALGORITHMS, {"name": cfg.inner, **dict(cfg.inner_params)})
-        _check(cfg.epsilon > 0, f"{section}.epsilon", cfg.epsilon, "a number > 0 (inf: no noise)")
-        _choice(f"{section}.ldp_range", cfg.ldp_range, pm.LDP_RANGES)
-        _choice(f"{section}.ground_cost", cfg.ground_cost, pm.GROUND_COSTS)
+        check_choice(f"{section}.inner", cfg.inner, inner)
+        namespaced_section(f"{section}.inner_params", ALGORITHMS, {"name": cfg.inner, **dict(cfg.inner_params)})
+        check_range(cfg.epsilon > 0, f"{section}.epsilon", cfg.epsilon, "a number > 0 (inf: no noise)")
+        check_choice(f"{section}.ldp_range", cfg.ldp_range, pm.LDP_RANGES)
+        check_choice(f"{section}.ground_cost", cfg.ground_cost, pm.GROUND_COSTS)
         for k in ("pca_components", "num_clusters", "kmeans_n_init", "rounds_per_stage"):
-            _check(cfg[k] >= 1, f"{section}.{k}", cfg[k], "an integer >= 1")
-        _check(cfg.public_size >= 2, f"{section}.public_size", cfg.public_size, "an integer >= 2")
-        _choice(f"{section}.mode", cfg.mode, ("fixed", "incremental"))
-        _choice(f"{section}.incremental_group", cfg.incremental_group, ("pair", "cumulative"))
-        _choice(f"{section}.incremental_return", cfg.incremental_return, ("last", "best"))
-        _choice(f"{section}.stop_split", cfg.stop_split, ("test", "val"))
+            check_range(cfg[k] >= 1, f"{section}.{k}", cfg[k], "an integer >= 1")
+        check_range(cfg.public_size >= 2, f"{section}.public_size", cfg.public_size, "an integer >= 2")
+        check_choice(f"{section}.mode", cfg.mode, ("fixed", "incremental"))
+        check_choice(f"{section}.incremental_group", cfg.incremental_group, ("pair", "cumulative"))
+        check_choice(f"{section}.incremental_return", cfg.incremental_return, ("last", "best"))
+        check_choice(f"{section}.stop_split", cfg.stop_split, ("test", "val"))
 
     def __init__(self, cfg, info):
         super().__init__(cfg, info)

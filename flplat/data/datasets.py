@@ -1,4 +1,4 @@
-"""Dataset registry: every dataset is loaded whole into memory as tensors (:class:`~flplat.data.base.Dataset`).
+"""Dataset registry: every dataset is loaded whole into memory as tensors (:class:`~flplat.data.containers.Dataset`).
 
 ``x`` is float32 shaped ``(N, C, H, W)`` for images and ``(N, F)`` for tabular data; ``y`` is int64. Image pixels
 are scaled to [0, 1] and then standardised per channel with the fixed constants in :data:`NORMALIZATION`.
@@ -48,9 +48,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from flplat.config import ConfigError, DataConfig
-from flplat.data.base import Dataset
+from flplat.config import DataConfig
+from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError, read_cifar_batches, read_idx, read_pickle
+from flplat.errors import ConfigError
 
 __all__ = [
     "DATASETS",

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from flplat.config import ConfigError
+from flplat.errors import ConfigError
 
 
 class DataFormatError(ConfigError):

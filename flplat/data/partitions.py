@@ -14,8 +14,8 @@ Protocols (Clust-PSI-PFL §IV-A-b, following the authors' code as recorded in SE
   code (which loops forever when that is infeasible) we draw at most ``1 + partition.max_retries`` times and then
   raise :class:`InfeasiblePartitionError`; ``num_clients * min_samples > N`` fails before any draw.
 * ``shift`` -- Flux's four shift types x 8 levels with unseen test clients; it transforms the data as well, so
-  :func:`build_federation` hands it to :func:`flplat.data.shift.build_shift_federation` (its registry entry is the
-  IID dealing step alone).
+  :func:`build_federation` hands it to :func:`flplat.data.shift_partition.build_shift_federation` (its registry
+  entry is the IID dealing step alone).
 * ``similarity`` -- the Similarity(S) protocol: shuffle all indices; the IID part is the first ``round(S * N)``;
   the rest is stably sorted by label; client ``u`` gets ``iid[u*a:(u+1)*a]`` and ``niid[u*b:(u+1)*b]`` with
   ``a = |iid| // K`` and ``b = |niid| // K``. All clients have the same size and the leftovers (fewer than ``K``
@@ -31,7 +31,7 @@ Protocols (Clust-PSI-PFL §IV-A-b, following the authors' code as recorded in SE
   true IID flags go to ``FederatedData.meta["iid"]`` (CBCC's detection metrics).
 
 :func:`split_client` cuts one client's data into local train / validation / test splits and
-:func:`build_federation` puts it all together from a :class:`~flplat.data.base.Dataset` and a seed, with
+:func:`build_federation` puts it all together from a :class:`~flplat.data.containers.Dataset` and a seed, with
 independent random streams for the partition and for each client's split (``SeedSequence.spawn``).
 """
 
@@ -42,27 +42,14 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
-from flplat.config import ConfigError
-from flplat.data.base import ClientSplit, Dataset, FederatedData
+from flplat.data.containers import Dataset, FederatedData
+from flplat.data.splits import InfeasiblePartitionError, as_labels, split_client
+from flplat.errors import ConfigError
+
+__all__ = ["PARTITIONS", "InfeasiblePartitionError", "build_federation", "partition", "split_client"]
 
 PartitionFn = Callable[[np.ndarray, Any, np.random.Generator], list[np.ndarray]]
-
-
-class InfeasiblePartitionError(ConfigError):
-    """The partition parameters cannot be satisfied by the data (e.g. too many clients for ``min_samples``)."""
-
-
-def _as_labels(labels: Any) -> np.ndarray:
-    if isinstance(labels, torch.Tensor):
-        labels = labels.detach().cpu().numpy()
-    labels = np.asarray(labels)
-    if labels.ndim != 1:
-        raise ValueError(f"labels must be a 1-D array, got shape {labels.shape}")
-    if labels.size and not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
-    return labels.astype(np.int64, copy=False)
 
 
 def _finish(parts: list[np.ndarray] | list[list[int]]) -> list[np.ndarray]:
@@ -89,7 +76,7 @@ def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np
     Draws at most ``1 + cfg.max_retries`` times; raises :class:`InfeasiblePartitionError` when no draw gives every
     client at least ``cfg.min_samples`` samples, or at once when ``num_clients * min_samples > N``.
     """
-    labels = _as_labels(labels)
+    labels = as_labels(labels)
     n, k = len(labels), int(cfg.num_clients)
     alpha, min_samples, max_retries = float(cfg.alpha), int(cfg.min_samples), int(cfg.max_retries)
     if k * min_samples > n:
@@ -126,7 +113,7 @@ def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np
 
 def similarity(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
     """Similarity(S): ``round(S*N)`` samples IID, the rest sorted by label; equal sizes, leftovers dropped."""
-    labels = _as_labels(labels)
+    labels = as_labels(labels)
     n, k, s = len(labels), int(cfg.num_clients), float(cfg.similarity)
     perm = rng.permutation(n)
     n_iid = round(s * n)
@@ -151,7 +138,7 @@ def cafa_iid_flags(num_clients: int, iid_fraction: float) -> np.ndarray:
 
 def cafa(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
     """CAFA's partition: a share of IID clients, the rest holding 20-40% of the classes (module docstring)."""
-    labels = _as_labels(labels)
+    labels = as_labels(labels)
     n, k = len(labels), int(cfg.num_clients)
     classes = np.unique(labels)
     c = len(classes)
@@ -189,11 +176,9 @@ def cafa(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndar
 
 
 def _shift(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
-    from flplat.data.shift import deal_for_registry
+    from flplat.data.shift_partition import deal_for_registry
 
     return deal_for_registry(labels, cfg, rng)
-
-
 
 
 def _needs_dataset(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
@@ -211,7 +196,7 @@ PARTITIONS: dict[str, PartitionFn] = {"iid": iid, "dirichlet": dirichlet, "simil
 
 def partition(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
     """Dispatch on ``cfg.name``; checks that there are at least as many samples as clients."""
-    labels = _as_labels(labels)
+    labels = as_labels(labels)
     name = cfg.name
     if name not in PARTITIONS:
         raise ConfigError(f"partition.name={name!r} is not valid; choose one of: {', '.join(sorted(PARTITIONS))}")
@@ -223,31 +208,6 @@ def partition(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np
     return PARTITIONS[name](labels, cfg, rng)
 
 
-def _round_half_up(x: float) -> int:
-    return math.floor(x + 0.5)
-
-
-def split_client(indices: np.ndarray, cfg: Any, rng: np.random.Generator) -> ClientSplit:
-    """Shuffle one client's indices and cut them into local train / val / test.
-
-    ``|test| = round(test_fraction * n)`` and ``|val| = round(val_fraction * n)`` (half up); train gets the rest
-    and keeps at least one sample when ``n >= 1`` (taken back from test, then from val). Each split is sorted.
-    """
-    idx = rng.permutation(np.asarray(indices, dtype=np.int64))
-    n = len(idx)
-    n_test = _round_half_up(float(cfg.test_fraction) * n)
-    n_val = _round_half_up(float(cfg.val_fraction) * n)
-    n_test, n_val = min(n_test, n), min(n_val, n - min(n_test, n))
-    deficit = 1 - (n - n_test - n_val) if n >= 1 else 0
-    if deficit > 0:
-        take = min(deficit, n_test)
-        n_test -= take
-        n_val -= deficit - take
-    n_train = n - n_test - n_val
-    train, val, test = idx[:n_train], idx[n_train:n_train + n_val], idx[n_train + n_val:]
-    return ClientSplit(train=np.sort(train), val=np.sort(val), test=np.sort(test))
-
-
 def build_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
     """Partition ``dataset``'s training pool with ``cfg`` and split every client; deterministic in ``seed``.
 
@@ -255,15 +215,15 @@ def build_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
     the splits), so changing the split fractions never changes which samples a client holds. The official test
     set (possibly ``None``) becomes the pooled global test set.
     """
-    if cfg.name == "shift":  # Flux's shift generators transform the data too (flplat/data/shift.py)
-        from flplat.data.shift import build_shift_federation
+    if cfg.name == "shift":  # Flux's shift generators transform the data too (flplat/data/shift_partition.py)
+        from flplat.data.shift_partition import build_shift_federation
 
         return build_shift_federation(dataset, cfg, seed)
     part_ss, split_ss = np.random.SeedSequence(int(seed)).spawn(2)
-    labels = _as_labels(dataset.y_train)
+    labels = as_labels(dataset.y_train)
     fixed, public, extra = {}, None, {}
-    if cfg.name in DATASET_PARTITIONS:  # PQFed's construction (flplat/data/pqfed.py)
-        from flplat.data.pqfed import pqfed_partition
+    if cfg.name in DATASET_PARTITIONS:  # PQFed's construction (flplat/data/pqfed_partition.py)
+        from flplat.data.pqfed_partition import pqfed_partition
 
         res = pqfed_partition(dataset, cfg, np.random.default_rng(part_ss))
         parts, fixed, public, extra = res.parts, res.fixed_splits, res.public_indices, res.meta

@@ -1,7 +1,7 @@
 """Label non-IID quantifiers computed from per-client label counts (pure numpy / scipy / POT).
 
 Input is the ``(K, C)`` matrix of per-client label counts that clients report to the server
-(:meth:`flplat.data.base.FederatedData.label_counts`). The reference is the server-side global label pmf
+(:meth:`flplat.data.containers.FederatedData.label_counts`). The reference is the server-side global label pmf
 ``P(y=c) = sum_i counts[i, c] / sum counts``.
 
 PSI (Clust-PSI-PFL, Eqs. 1-3)::

@@ -34,7 +34,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from flplat.config import ConfigError, _namespaced
+from flplat.config import namespaced_section
+from flplat.errors import ConfigError
 
 BuildFn = Callable[[Any, tuple[int, ...], int], "SplitModel"]
 ValidateFn = Callable[[Any, str], None]
@@ -177,7 +178,7 @@ def build_model(cfg: Any, input_shape: tuple[int, ...] | list[int] | torch.Size,
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ConfigError(f"model {name!r}: num_classes={num_classes!r} must be an integer >= 1")
     spec = MODELS[name]
-    section = _namespaced("model", MODELS, raw)
+    section = namespaced_section("model", MODELS, raw)
     params = {k: v for k, v in OmegaConf.to_container(section, resolve=True).items() if k != "name"}  # type: ignore[union-attr]
     try:
         return spec.build(spec.Config(**params), shape, num_classes)

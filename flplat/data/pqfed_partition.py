@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from flplat.config import ConfigError
-from flplat.data.base import ClientSplit, Dataset
+from flplat.data.containers import ClientSplit, Dataset
+from flplat.errors import ConfigError
 
 
 @dataclass
@@ -46,7 +46,7 @@ def pqfed_sources(dataset: Dataset, cfg: Any, rng: np.random.Generator) -> tuple
     """Steps 1-2: the public sample (test-set rows) and the source (K-means cluster) of every pool sample."""
     from sklearn.cluster import KMeans
 
-    from flplat.pqfed_math import fit_public_pca, project
+    from flplat.maths.pqfed import fit_public_pca, project
 
     if dataset.x_test is None:
         raise ConfigError(f"partition.name='pqfed' needs a dataset with an official test set for the public sample; "
@@ -64,7 +64,7 @@ def pqfed_sources(dataset: Dataset, cfg: Any, rng: np.random.Generator) -> tuple
 
 def pqfed_partition(dataset: Dataset, cfg: Any, rng: np.random.Generator) -> PQFedPartition:
     """The whole construction (module docstring); raises ConfigError when a source runs out of images."""
-    from flplat.data.partitions import InfeasiblePartitionError
+    from flplat.data.splits import InfeasiblePartitionError
 
     rates = [float(r) for r in cfg.pqfed_rates]
     if int(cfg.num_clients) != 1 + len(rates):

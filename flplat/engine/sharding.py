@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult
-from flplat.orchestrator import LocalExecutor
+from flplat.engine.orchestrator import LocalExecutor
 
 
 def balance(sizes: Sequence[int], ranks: int) -> list[list[int]]:

@@ -29,7 +29,7 @@ from lightning.fabric.plugins.precision import Precision
 from torch import nn
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, HookContext, LocalHook
-from flplat.state import ParamLayout
+from flplat.engine.state import ParamLayout
 
 _NVML_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 

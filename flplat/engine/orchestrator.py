@@ -16,12 +16,12 @@ import numpy as np
 import torch
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, Strategy
-from flplat.client import ClientTrainer
-from flplat.data.base import FederatedData
+from flplat.data.containers import FederatedData
+from flplat.engine.client import ClientTrainer
+from flplat.engine.state import ServerState, derive_seed
 from flplat.metrics.curves import curve_summary
 from flplat.metrics.evaluation import summarize
 from flplat.metrics.personalized import bucket_accuracy, run_summary
-from flplat.state import ServerState, derive_seed
 
 
 class LocalExecutor:
@@ -33,7 +33,7 @@ class LocalExecutor:
 
     def __init__(self, trainer: ClientTrainer, data: FederatedData, seed: int, vectorize: bool = False,
                  vectorize_group: int = 0):
-        from flplat.vectorized import VectorizedTrainer
+        from flplat.engine.vectorized import VectorizedTrainer
 
         self.trainer = trainer
         self.data = data

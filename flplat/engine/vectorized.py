@@ -1,6 +1,6 @@
 """Vectorised clients: a group of clients trained at once with ``torch.func`` on stacked parameters.
 
-The per-client loop (:meth:`flplat.client.ClientTrainer.train`) pays Python, dispatcher and optimizer overhead
+The per-client loop (:meth:`flplat.engine.client.ClientTrainer.train`) pays Python, dispatcher and optimizer overhead
 per client and step; for the small models of these papers that overhead dominates. Here the G clients of a group
 keep their parameters as ``(G, ...)`` tensors; each step runs one ``vmap``-ed ``functional_call`` of the shared
 network (so a linear layer becomes one batched matmul), one backward of the summed per-client losses (clients are
@@ -10,8 +10,8 @@ update on the stacked tensors.
 What is the same as the per-client loop (up to floating-point summation order):
 
 * batches: each client draws ``randperm`` from ``torch.Generator().manual_seed(seed)`` per epoch and cuts it with
-  :func:`~flplat.client.batch_bounds`, exactly as the loop does. Batches are padded to the group's widest batch and
-  the loss is the mean over the client's real samples (a per-sample mask), so padding changes nothing;
+  :func:`~flplat.engine.client.batch_bounds`, exactly as the loop does. Batches are padded to the group's widest
+  batch and the loss is the mean over the client's real samples (a per-sample mask), so padding changes nothing;
 * the optimizer: Adam, AdamW and SGD (momentum, weight decay) with torch.optim's update formulas and fresh state
   per client. Clients are sorted by their number of steps, so at step t the clients still training are a prefix of
   the group; finished clients get neither an update nor an optimizer-state change (Adam's step does not advance);
@@ -40,7 +40,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from flplat.algorithms.base import ClientPlan, ClientResult, LocalHook
-from flplat.client import ClientTrainer, batch_bounds
+from flplat.engine.client import ClientTrainer, batch_bounds
 
 Job = tuple[int, ClientPlan, np.ndarray, int]  # (client, plan, train indices, seed): ClientTrainer.train's arguments
 

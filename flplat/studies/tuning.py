@@ -24,7 +24,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from flplat.config import ConfigError, load_config
+from flplat.errors import ConfigError
+from flplat.experiment import load_config
 
 
 def load_space(path: str | Path, algorithm: str) -> dict[str, Any]:
@@ -147,7 +148,7 @@ def _ending(finish):
 def _client(cfg):
     from mlflow.tracking import MlflowClient
 
-    from flplat.tracking import store_uris
+    from flplat.tracking.runs import store_uris
 
     uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir)
     client = MlflowClient(tracking_uri=uri)

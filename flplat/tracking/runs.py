@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from flplat.orchestrator import Callback, Orchestrator
+from flplat.engine.orchestrator import Callback, Orchestrator
 
 SQLITE_NAME = "mlflow.db"
 

@@ -4,7 +4,7 @@ The pool is first dealt IID to ``num_clients`` training clients plus ``num_unsee
 (``samples_per_client`` each, or the pool split evenly). A shift type defines a finite list of *distributions*
 (transformations of (x, y)); every training client draws one, and every unseen client draws one of the
 distributions the training clients use (so a cluster exists for it). The transformations are applied **once**,
-here: the returned :class:`~flplat.data.base.FederatedData` holds a new pool of transformed tensors, one block
+here: the returned :class:`~flplat.data.containers.FederatedData` holds a new pool of transformed tensors, one block
 per client, and nothing is transformed per batch. ``meta["distribution"]`` / ``meta["unseen_distribution"]``
 record each client's true distribution id (ids are shared: equal transformations get equal ids).
 
@@ -40,8 +40,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flplat.config import ConfigError
-from flplat.data.base import ClientSplit, Dataset, FederatedData
+from flplat.data.containers import ClientSplit, Dataset, FederatedData
+from flplat.errors import ConfigError
 
 SHIFT_TYPES = ("feature", "label", "concept_yx", "concept_xy")
 FEATURE_ROTATIONS = (2, 3, 4, 5, 2, 3, 4, 5)  # Table 9, P(X) column: rotations per level
@@ -157,7 +157,7 @@ def _resample(idx: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarra
 
 def build_shift_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
     """Deal, draw distributions, split and transform (see the module docstring); deterministic in ``seed``."""
-    from flplat.data.partitions import _as_labels, split_client
+    from flplat.data.splits import as_labels, split_client
 
     shift, level = str(cfg.shift_type), int(cfg.shift_level)
     if shift not in SHIFT_TYPES:
@@ -168,7 +168,7 @@ def build_shift_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedDa
         raise ConfigError(f"partition.shift_type={shift!r} rotates images; data.name={dataset.name!r} is not an "
                           "image dataset (allowed: digits, mnist, fmnist, cifar10, cifar100)")
     deal_ss, dist_ss, split_ss, res_ss = np.random.SeedSequence(int(seed)).spawn(4)
-    labels = _as_labels(dataset.y_train)
+    labels = as_labels(dataset.y_train)
     parts = _deal(len(labels), k + q, int(cfg.samples_per_client), np.random.default_rng(deal_ss))
     drng = np.random.default_rng(dist_ss)
     cands, which = distributions(shift, level, int(dataset.num_classes), k, int(cfg.label_bank_size), drng)

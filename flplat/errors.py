@@ -1,0 +1,43 @@
+"""The bottom of the package: the input error and the one-line checks every layer uses.
+
+Every bad input the user can give (a config value, a CLI flag, a data file) ends as :class:`ConfigError`, whose
+message is one line naming the key and the allowed values; the CLI prints it and exits with status 2. This module
+imports nothing of flplat, so config, data, models, algorithms and the engine can all raise the same error
+without importing each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """Bad user input: the message is one line naming the key and the allowed values."""
+
+
+def check_choice(key: str, value: Any, allowed) -> None:
+    """Raise unless ``value`` is one of ``allowed`` (listed sorted in the message)."""
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(sorted(allowed))}")
+
+
+def check_range(cond: bool, key: str, value: Any, allowed: str) -> None:
+    """Raise the out-of-range error for ``key=value`` unless ``cond`` holds; ``allowed`` describes the range."""
+    if not cond:
+        raise ConfigError(f"{key}={value!r} is out of range; allowed: {allowed}")
+
+
+def param_out_of_range(section: str, cfg: Any, key: str, allowed: str):
+    """Raise the one-line error for an algorithm/model parameter ``section.key`` outside ``allowed``."""
+    raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: {allowed}")
+
+
+def param_choice(section: str, cfg: Any, key: str, allowed) -> None:
+    """Raise the one-line error when parameter ``section.key`` is not one of ``allowed`` (listed in that order)."""
+    if getattr(cfg, key) not in allowed:
+        raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is not valid; choose one of: {', '.join(allowed)}")
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type name when it has none)."""
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -1,0 +1,157 @@
+"""The package's layout: no import circles, imports only downwards through the layers, and a top level that is
+the design card's. Imports are read from the source (``ast``), those inside functions included, so a lazy import
+cannot hide a circle."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+PKG = REPO / "flplat"
+
+# Bottom to top. A module may import modules of its own layer or of a lower one, never of a higher one.
+LAYERS = [
+    ("flplat.errors",),                       # the input error and one-line checks: imports nothing of flplat
+    ("flplat.config",),                       # structured configs; registries are handed in, not imported
+    ("flplat.engine.state",),                 # flat model state, server state, client store: the strategies' contract
+    ("flplat.maths", "flplat.metrics"),       # pure maths of the methods; evaluation and non-IID metrics
+    ("flplat.data", "flplat.models"),         # datasets, partitions; model registry
+    ("flplat.algorithms",),                   # one strategy per file
+    ("flplat.engine",),                       # the training loop, the round loop, executors
+    ("flplat.tracking",),                     # MLflow runs, reports read back from them
+    ("flplat.experiment",),                   # load + validate a config, assemble, run (the one entry point)
+    ("flplat.studies",),                      # many experiments: Optuna studies, sweeps
+    ("flplat.cli",),                          # the `flplat` command
+]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (``from a import b`` counts ``a.b`` when that is a module)."""
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = name.split(".")
+                    if path.name != "__init__.py":
+                        parts = parts[:-1]
+                    parts = parts[: len(parts) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != name and t != "flplat":
+                    graph[name].add(t)
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def layer_of(module: str) -> int:
+    """The highest-ranked (most specific) layer whose prefix matches; ``flplat.engine.state`` before ``engine``."""
+    best, best_len = None, -1
+    for rank, prefixes in enumerate(LAYERS):
+        for pre in prefixes:
+            if (module == pre or module.startswith(pre + ".")) and len(pre) > best_len:
+                best, best_len = rank, len(pre)
+    if best is None:
+        raise AssertionError(f"{module} belongs to no layer: add its package to LAYERS in tests/test_layout.py")
+    return best
+
+
+def test_cycle_finder_sees_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert find_cycles(graph) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles():
+    cycles = find_cycles(import_graph(_modules()))
+    assert not cycles, "import circles in flplat/: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_imports_go_only_downwards():
+    graph = import_graph(_modules())
+    upward = sorted(f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})"
+                    for m, ts in graph.items() if m != "flplat" for t in ts if layer_of(t) > layer_of(m))
+    assert not upward, "imports against the layers:\n" + "\n".join(upward)
+
+
+def test_errors_module_imports_nothing_of_flplat():
+    graph = import_graph(_modules())
+    assert graph["flplat.errors"] == set()
+    assert graph["flplat.config"] <= {"flplat.errors"}
+
+
+def test_top_level_is_the_design_cards():
+    try:
+        tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    top = {line.split("/", 1)[0] for line in tracked.splitlines() if line}
+    allowed = {"pyproject.toml", "README.md", "flplat", "configs", "tests", "mlruns", "tools", "docs", ".ci",
+               ".gitignore"}
+    assert top <= allowed, f"unexpected top-level entries: {sorted(top - allowed)}"
