@@ -118,6 +118,7 @@ def prepare(cfg: DictConfig) -> Prepared:
         public_x=public_inputs(data), rounds=int(f.rounds),
         num_distributions=int(data.meta.get("num_distributions", 0)),
         true_iid=data.meta.get("iid"),
+        split_samples={split: data.num_samples(split) for split in ("val", "test")},
     )
     algo = ALGORITHMS[cfg.algorithm.name]
     algo_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(algo.Config),

@@ -165,33 +165,96 @@ def test_fedsoft_mixture_centre_proximal_term_is_exact():
     assert gaps[0] == pytest.approx(gaps[1], abs=1e-4)  # the two objectives differ by a constant
 
 
-def _fedsoft(k, losses, **cfg):
+def _fedsoft(k, **cfg):
     strat = FedSoft(FedSoft.Config(**{"num_clusters": 2, "sigma": 0.0, "clients_per_cluster": 2, **cfg}), _info(k))
     state = strat.init_state(torch.arange(P, dtype=torch.float32), np.random.default_rng(0), None)
-    centers = list(state.clusters)
+    return strat, state
 
-    def loss(client, w):
-        return losses[client][next(s for s, c in enumerate(centers) if torch.equal(c, w))]
-    return strat, state, FakeOps(loss)
+
+# Two planted distributions on x in R^3: A labels y = 1[x_0 > 0], B the opposite (concept shift). Centre A
+# (logits [-5 x_0, 5 x_0]) is right on A and wrong on B, centre B the reverse: a sample's smallest loss is under
+# the centre of the distribution it was drawn from. Layout of nn.Linear(3, 2): weight (2 x 3), then bias (2).
+CENTRE_A = torch.tensor([-5.0, 0, 0, 5, 0, 0, 0, 0])
+CENTRE_B = -CENTRE_A
+
+
+def _planted(n_a: int, n_b: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_a + n_b, 3, generator=g)
+    y = (x[:, 0] > 0).long()
+    y[n_a:] = 1 - y[n_a:]
+    return x, y
+
+
+class ViewOps:
+    """Runs ``compute``'s client-side functions on real per-client tensors (``evaluate``: their mean loss)."""
+
+    def __init__(self, data):
+        self.data, self.net, self.calls = data, nn.Linear(3, 2), 0
+
+    def _view(self, client, w):
+        from contextlib import nullcontext
+
+        from flplat.algorithms.base import ClientView
+
+        if w is not None:
+            with torch.no_grad():
+                self.net.weight.copy_(w[:6].view(2, 3))
+                self.net.bias.copy_(w[6:])
+        x, y = self.data[client]
+        return ClientView(client, self.net.eval(), ParamLayout(self.net), x, y, 0, torch.device("cpu"), nullcontext)
+
+    def compute(self, requests, fn, split="train", seed=0):
+        self.calls += len(requests)
+        return [fn(self._view(c, w)) for c, w in requests]
+
+    def evaluate(self, requests, split="val"):
+        self.calls += len(requests)
+        out = []
+        for c, w in requests:
+            v = self._view(c, w)
+            out.append(EvalResult(c, float(nn.functional.cross_entropy(v.net(v.x), v.y)), 0, len(v.y)))
+        return out
+
+
+def test_fedsoft_importance_weights_are_sample_shares_of_planted_distributions():
+    # client 0: 70 samples from A and 30 from B -> u = (0.7, 0.3) (the paper's n_ks / n_k, not a one-hot)
+    strat, state = _fedsoft(3)
+    state.clusters = torch.stack([CENTRE_A, CENTRE_B])
+    ops = ViewOps({0: _planted(70, 30, 0), 1: _planted(0, 40, 1), 2: _planted(0, 0, 2)})
+    state.round = 1
+    strat.select(state, np.random.default_rng(0), ops)
+    u = state.extra["importance"]
+    np.testing.assert_allclose(u[0], [0.7, 0.3])
+    np.testing.assert_allclose(u[1], [0.0, 1.0])
+    np.testing.assert_allclose(u[2], [0.5, 0.5])  # no training samples: uniform
+    assert state.assignment.tolist()[:2] == [0, 1]
+    # the broadcast of both centres to the 3 clients and their 2 weights back are counted in estimating rounds
+    m = strat.round_metrics(state)
+    assert m["importance_bytes_down"] == 3 * 2 * P * 4 and m["importance_bytes_up"] == 3 * 2 * 8
+    state.round = 2
+    strat.select(state, np.random.default_rng(0), ops)
+    assert strat.round_metrics(state)["importance_bytes_down"] == 0
 
 
 def test_fedsoft_importance_selection_draws_per_cluster_from_its_clients():
-    losses = [[0.1, 0.9]] * 3 + [[0.9, 0.1]] * 3  # clients 0-2 prefer centre 0, 3-5 centre 1
-    strat, state, ops = _fedsoft(6, losses)
+    strat, state = _fedsoft(6)
+    state.clusters = torch.stack([CENTRE_A, CENTRE_B])
+    ops = ViewOps({k: _planted(20, 0, k) if k < 3 else _planted(0, 20, k) for k in range(6)})
     state.round = 1
     chosen = strat.select(state, np.random.default_rng(3), ops)
-    assert ops.calls == 12  # every client scores every centre
+    assert ops.calls == 6  # every client scores both centres in one request
     assert state.assignment.tolist() == [0, 0, 0, 1, 1, 1]
     drawn = state.extra["drawn"]
     assert drawn[0].sum() == 2 and drawn[1].sum() == 2 and not drawn[0, 3:].any() and not drawn[1, :3].any()
     assert chosen.tolist() == np.flatnonzero(drawn.any(axis=0)).tolist()
     state.round = 2  # tau = 2: no re-estimation
     strat.select(state, np.random.default_rng(3), ops)
-    assert ops.calls == 12
+    assert ops.calls == 6
 
 
 def test_fedsoft_aggregate_and_plan_use_importance_weights():
-    strat, state, _ = _fedsoft(3, None, lam=0.1)
+    strat, state = _fedsoft(3, lam=0.1)
     old = state.clusters.clone()
     state.extra["importance"] = np.array([[0.75, 0.5], [0.5, 0.5], [1.0, 0.0]])
     state.extra["drawn"] = np.array([[True, False, True], [False, False, False]])

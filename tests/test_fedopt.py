@@ -216,3 +216,54 @@ def test_table2_search_space_names_valid_keys_and_holds_the_defaults(tiny_cfg):
         for key, values in grid.items():
             if key.startswith("algorithm.") and key != "algorithm.client_lr":
                 assert getattr(default, key.split(".", 1)[1]) in values, (name, key)
+
+
+# ---- FedAdam's bias correction (Flower: η_t = η √(1 − β2^t) / (1 − β1^t), t = server_round + 1) ---------------
+def _adam_by_hand(t_offset: int, corrected: bool):
+    """Two FedAdam steps written out on one weight: w0 = 1, avg1 = 2, avg2 = 0; η = 0.5, β = (0.9, 0.99), τ = 0.1,
+    v starts at 0 (Flower)."""
+    import math
+
+    eta, b1, b2, tau = 0.5, 0.9, 0.99, 0.1
+
+    def lr(t):
+        return eta * math.sqrt(1 - b2 ** (t + t_offset)) / (1 - b1 ** (t + t_offset)) if corrected else eta
+
+    w0 = 1.0
+    d1 = 2.0 - w0                                # Δ1 = 1
+    m1, v1 = 0.1 * d1, 0.01 * d1 ** 2            # 0.1, 0.01
+    w1 = w0 + lr(1) * m1 / (math.sqrt(v1) + tau)
+    d2 = 0.0 - w1
+    m2, v2 = 0.9 * m1 + 0.1 * d2, 0.99 * v1 + 0.01 * d2 ** 2
+    w2 = w1 + lr(2) * m2 / (math.sqrt(v2) + tau)
+    return w1, w2
+
+
+@pytest.mark.parametrize("correction,offset,corrected", [("flower", 1, True), ("adam", 0, True),
+                                                         ("none", 0, False)])
+def test_fedadam_bias_correction_two_steps_by_hand(correction, offset, corrected):
+    hp = ServerOpt("adam", lr=0.5, beta1=0.9, beta2=0.99, tau=0.1, v_init=0.0, bias_correction=correction)
+    w0 = torch.tensor([1.0], dtype=torch.float64)
+    w1, st = _step(hp, w0, torch.tensor([2.0], dtype=torch.float64))
+    w2, st = server_opt.step(hp, st, w1, torch.tensor([0.0], dtype=torch.float64))
+    want1, want2 = _adam_by_hand(offset, corrected)
+    assert w1.item() == pytest.approx(want1, abs=1e-12) and w2.item() == pytest.approx(want2, abs=1e-12)
+    if correction == "flower":  # the first step: η·√(1 − 0.99²)/(1 − 0.9²) · 0.1/0.2 = 0.5 · 0.742460 · 0.5
+        assert w1.item() == pytest.approx(1.0 + 0.5 * 0.5 * (1 - 0.99**2) ** 0.5 / (1 - 0.9**2), abs=1e-12)
+        assert w1.item() == pytest.approx(1.18561495, abs=1e-8)
+
+
+def test_fedadam_defaults_to_flowers_bias_correction_and_other_kinds_ignore_it():
+    assert FedAdam.Config().bias_correction == "flower" and FedOpt.Config().bias_correction == "none"
+    assert FedAdam(FedAdam.Config(), None).hp.bias_correction == "flower"  # the strategy's server step uses it
+    w0, avg = torch.tensor([1.0, -2.0]), torch.tensor([2.0, 0.5])
+    for kind in ("yogi", "adagrad"):  # Flower's FedYogi / FedAdagrad have no correction
+        plain = _step(ServerOpt(kind, tau=0.1), w0, avg)[0]
+        assert torch.equal(_step(ServerOpt(kind, tau=0.1, bias_correction="flower"), w0, avg)[0], plain)
+    with pytest.raises(ValueError, match="bias_correction"):
+        ServerOpt("adam", bias_correction="kingma")
+
+
+def test_fedadam_bias_correction_key_is_validated(tiny_cfg):
+    with pytest.raises(ConfigError, match=r"algorithm\.bias_correction='x'.*none, flower, adam"):
+        tiny_cfg(**{"algorithm.name": "fedadam", "algorithm.bias_correction": "x"})

@@ -67,14 +67,33 @@ def test_poc_candidates_are_sampled_by_data_size():
     assert np.allclose(np.bincount(picks, minlength=4) / 4000, [0.1, 0.2, 0.3, 0.4], atol=0.03)
 
 
-def test_poc_raises_d_to_m_and_is_deterministic():
-    s = make(PowerOfChoice, q=0.5, d=2)  # m = 5 > d
+def test_poc_d_below_m_is_a_config_error_naming_both_values():
+    with pytest.raises(ConfigError, match=r"algorithm\.d=2 is below m=5 .*allowed: an integer in \[5, 10\]"):
+        make(PowerOfChoice, q=0.5, d=2)  # m = round(0.5 * 10) = 5 > d
+
+
+def test_poc_d_below_m_opt_in_rules_are_logged_and_deterministic():
     ops = FakeOps(np.arange(10.0))
+    s = make(PowerOfChoice, q=0.5, d=2, small_d="raise_d")  # d_eff = m = 5: every candidate trains
     sel = s.select(STATE, np.random.default_rng(3), ops)
     assert len(ops.calls[-1]) == 5 and sel.tolist() == sorted(ops.calls[-1])
+    assert s.round_metrics(STATE) == {"poc_d": 5.0, "poc_m": 5.0}
     a = [s.select(STATE, np.random.default_rng(7), ops).tolist() for _ in range(2)]
     assert a[0] == a[1]
+    s = make(PowerOfChoice, q=0.5, d=2, small_d="train_d")  # m_eff = d = 2: both candidates train
+    sel = s.select(STATE, np.random.default_rng(3), ops)
+    assert len(ops.calls[-1]) == 2 and sel.tolist() == sorted(ops.calls[-1])
+    assert s.round_metrics(STATE) == {"poc_d": 2.0, "poc_m": 2.0}
+    assert make(PowerOfChoice, q=0.5, d=50).round_metrics(STATE) == {"poc_d": 10.0, "poc_m": 5.0}  # d > K: K
     assert sample_proportional(np.random.default_rng(0), [0, 0, 5, 0], 4)[0] == 2
+
+
+def test_poc_d_below_m_exits_2_without_a_run(tmp_path, tiny_cfg):
+    from flplat.experiment import run
+
+    cfg = tiny_cfg(**{"algorithm.name": "poc", "algorithm.d": 1, "federation.client_fraction": 1.0})
+    with pytest.raises(ConfigError, match="algorithm.d=1"):
+        run(cfg, progress=False)
 
 
 def test_poc_aggregation_weighting():

@@ -2,11 +2,13 @@
 
 Descriptors are those the algorithm builds: label counts of K clients (200 samples each, C = 10 classes,
 Dirichlet(alpha) label skew) -> [PSI_i, PSI_i,1..C] (C + 1 = 11 features) -> StandardScaler. Timed: only
-:func:`flplat.maths.clustering.silhouette_kmeans` with the algorithm's default config (``max_clusters``,
-``silhouette_sample``, ``n_init``), median over ``--repeats`` runs after one untimed warm-up.
+:func:`flplat.maths.clustering.silhouette_kmeans` with the algorithm's default config (``max_clusters`` = no cap,
+i.e. the paper's j = 2..K-1, ``silhouette_sample``, ``n_init``, ``search_jobs``), median over ``--repeats`` runs
+after one untimed warm-up (``--repeats 0``: a single timed run, no warm-up).
 
-    python tools/bench_clustering.py
-    python tools/bench_clustering.py --clients 100 1000 --max-clusters 0 --sample 0   # paper: j = 2..K-1, exact
+    python tools/bench_clustering.py --clients 100 1000                      # the default: full scan
+    python tools/bench_clustering.py --clients 100 1000 --n-init 1           # one K-means++ start per j
+    python tools/bench_clustering.py --clients 100 1000 5000 --max-clusters 20   # the opt-in cap
 """
 
 from __future__ import annotations
@@ -38,24 +40,25 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[100, 1000, 5000])
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--alpha", type=float, default=0.3)
-    ap.add_argument("--max-clusters", type=int, default=d.max_clusters, help="0: K - 1 (the paper)")
+    ap.add_argument("--max-clusters", type=int, default=d.max_clusters or 0, help="0: no cap, K - 1 (the paper)")
     ap.add_argument("--sample", type=int, default=d.silhouette_sample, help="0: every client")
     ap.add_argument("--n-init", type=int, default=d.n_init)
+    ap.add_argument("--jobs", type=int, default=d.search_jobs, help="processes for the K-means fits")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     k_max, sample = a.max_clusters or None, a.sample or None
-    print(f"max_clusters={k_max} silhouette_sample={sample} n_init={a.n_init} C+1={a.classes + 1} "
+    print(f"max_clusters={k_max} silhouette_sample={sample} n_init={a.n_init} jobs={a.jobs} C+1={a.classes + 1} "
           f"alpha={a.alpha} repeats={a.repeats}")
     print(f"{'K':>6} {'median_s':>9} {'min_s':>7} {'tau':>4} {'silhouette':>10} candidates")
     for K in a.clients:
         X = descriptors(K, a.classes, a.alpha, a.seed)
         times = []
-        for r in range(a.repeats + 1):
+        for r in range(a.repeats + 1 if a.repeats else 1):
             t0 = time.perf_counter()
             res = silhouette_kmeans(X, k_max=k_max, n_init=a.n_init, subsample=sample,
-                                    rng=np.random.default_rng(a.seed))
-            if r:  # the first run is the warm-up
+                                    rng=np.random.default_rng(a.seed), jobs=a.jobs)
+            if r or not a.repeats:  # the first run is the warm-up
                 times.append(time.perf_counter() - t0)
         js = sorted(res.scores)
         span = f"{js[0]}..{js[-1]}" if js else "-"

@@ -182,6 +182,9 @@ class FederationInfo:
     # ground truth known to the partition, for evaluation metrics only (never for a method's decisions):
     # which clients are IID under the `cafa` partition (CBCC's detection accuracy), else None
     true_iid: np.ndarray | None = None
+    # (K,) sizes of every client's evaluation splits by name ("val", "test"), for checks a method needs before it
+    # runs (CAFA's ABFA needs validation data); empty: unknown (an info built by hand)
+    split_samples: dict[str, np.ndarray] = field(default_factory=dict)
 
     def client_store(self, default: torch.Tensor | None = None, size: int | None = None, name: str = "personal"):
         """A per-client state store configured by ``federation.client_state_dtype`` / ``client_state_dir``."""
@@ -212,6 +215,9 @@ class Strategy(ABC):
     name: ClassVar[str] = ""
     Config: ClassVar[type] = NoConfig
     communicates: ClassVar[bool] = True  # False: no model traffic (local-only, centralized) -> 0 bytes logged
+    # the number of clients of the federation this strategy trains, when another method runs it on a subset of the
+    # K clients (PQFed's inner federation: the target and its collaborators); None: all K. FedDyn's 1/K reads it.
+    population: int | None = None
 
     def __init__(self, cfg: Any, info: FederationInfo):
         self.cfg = cfg

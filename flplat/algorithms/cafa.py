@@ -18,8 +18,10 @@ Config keys (the paper's reading is the default):
 * ``k``: a fixed number of clusters (the authors' code, SEED-NOTES); null: the silhouette search.
 * ``max_clusters`` (null = n-1, the paper), ``n_init`` (K-means restarts), ``nonpositive_rule`` (every silhouette
   <= 0: ``one_cluster`` -> every client IID with weight 1, or ``argmax``) -- as in :mod:`flplat.maths.clustering`.
-* ``abfa_split`` (``val``): the split the shared models are scored on (the paper: 20% validation). Rounds whose
-  sampled clients have no samples on it, or where every model scores 0, give equal ABFA weights.
+* ``abfa_split`` (``val``): the split the shared models are scored on (the paper: 20% validation). A federation
+  where no client has that split (``partition.val_fraction=0``) is a ConfigError when ABFA is on (ABFA would
+  silently become equal weights, i.e. CAFA would run as CBCC only). Rounds whose sampled clients have no samples
+  on it, or where every model scores 0, give equal ABFA weights.
 
 Model sharing sends each sampled model to the m-1 other sampled clients; that traffic is added to ``bytes_up``.
 When the partition knows which clients are IID (``partition.name=cafa``), CBCC's detection accuracy, precision,
@@ -36,7 +38,7 @@ import torch
 from flplat.algorithms import register
 from flplat.algorithms.base import Strategy
 from flplat.engine.state import ServerState
-from flplat.errors import param_choice, param_out_of_range
+from flplat.errors import ConfigError, param_choice, param_out_of_range
 from flplat.maths.aggregation import stack, weighted_mean
 from flplat.maths.cafa_weights import abfa_weights, cbcc_weights, class_proportions
 from flplat.maths.clustering import NONPOSITIVE_RULES, kmeans, silhouette_kmeans
@@ -73,6 +75,16 @@ class CAFA(Strategy):
             bad("n_init", "an integer >= 1")
         for key, allowed in (("nonpositive_rule", NONPOSITIVE_RULES), ("abfa_split", SPLITS)):
             param_choice(section, cfg, key, allowed)
+
+    def __init__(self, cfg, info):
+        super().__init__(cfg, info)
+        split = cfg.abfa_split
+        sizes = info.num_samples if split == "train" else info.split_samples.get(split)
+        if cfg.use_abfa and sizes is not None and not np.sum(sizes) > 0:
+            fix = "partition.val_fraction > 0" if split == "val" else f"partition.{split}_fraction > 0"
+            raise ConfigError(f"algorithm.abfa_split={split!r}: no client has a {split} split, so ABFA cannot score "
+                              f"the shared models; allowed: {fix}, another algorithm.abfa_split "
+                              f"({', '.join(s for s in SPLITS if s != split)}), or algorithm.use_abfa=false")
 
     def init_state(self, init_weights, rng, ops):
         state = ServerState(weights=init_weights.clone())

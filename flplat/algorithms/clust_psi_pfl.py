@@ -11,8 +11,11 @@ cluster's model, and each cluster model is the sample-weighted mean of its own c
 
 Choices where the paper is open (all config keys):
 
-* ``max_clusters`` (20): cap on the candidates j; the paper scans j = 2..K-1 (``null`` restores it). The
-  paper's selected tau is 3-4 (Fig. 5-6), far below the cap, and the cap keeps K = 1,000 clients at ~1 s.
+* ``max_clusters`` (null): the paper's Algorithm scans every j = 2..K-1 (``null``, the default: no cap); an
+  integer >= 2 caps the candidates at min(max_clusters, K - 1), an opt-in deviation that makes the search cheap
+  (the full scan costs one K-means per j: seconds at K = 100, minutes at K = 1,000, docs/performance.md). On
+  FMNIST K = 100 Dirichlet the full scan picks tau = 32-59 where a cap of 20 picks 2-20.
+* ``search_jobs`` (1): processes fitting the candidates' K-means in parallel; the result does not depend on it.
 * ``silhouette_sample`` (1000): silhouettes on one random subset of that many clients, as the paper suggests for
   very large federations; exact for K <= 1000 (every experiment of the paper).
 * ``n_init`` (10): K-means++ restarts per j (the paper does not say; 10 is scikit-learn's classic default).
@@ -57,7 +60,8 @@ class ClustPSIPFL(ClusteredStrategy):
     @dataclass(frozen=True)
     class Config:
         eps: float = 1e-6  # added to both pmfs inside the PSI logarithm (authors' code)
-        max_clusters: int | None = 20  # cap on the candidate j; None: K - 1 (the paper)
+        max_clusters: int | None = None  # cap on the candidate j; None: no cap, j = 2..K - 1 (the paper)
+        search_jobs: int = 1  # processes for the candidates' K-means fits (same result for any value)
         silhouette_sample: int | None = 1000  # silhouette on a subsample of this many clients; None: all
         n_init: int = 10  # K-means++ restarts per candidate j
         participation: str = "global"  # global | per_cluster
@@ -72,7 +76,9 @@ class ClustPSIPFL(ClusteredStrategy):
         if not (cfg.eps > 0 and math.isfinite(cfg.eps)):
             bad("eps", "a finite number > 0")
         if cfg.max_clusters is not None and cfg.max_clusters < 2:
-            bad("max_clusters", "an integer >= 2 or null (K - 1)")
+            bad("max_clusters", "an integer >= 2 or null (no cap: j up to K - 1, the paper)")
+        if cfg.search_jobs < 1:
+            bad("search_jobs", "an integer >= 1")
         if cfg.silhouette_sample is not None and cfg.silhouette_sample < 3:
             bad("silhouette_sample", "an integer >= 3 or null (all clients)")
         if cfg.n_init < 1:
@@ -91,7 +97,7 @@ class ClustPSIPFL(ClusteredStrategy):
         sub = rng.spawn(1)[0]  # a child stream: the parent's client-sampling sequence stays FedAvg's
         if cfg.tau is None:
             res = silhouette_kmeans(X, k_max=cfg.max_clusters, n_init=cfg.n_init, subsample=cfg.silhouette_sample,
-                                    rng=sub, nonpositive=cfg.nonpositive_rule)
+                                    rng=sub, nonpositive=cfg.nonpositive_rule, jobs=cfg.search_jobs)
             labels, sil, reason = res.labels, res.silhouette, res.reason
             curve = np.array(sorted(res.scores.items()), dtype=np.float64).reshape(-1, 2)
         else:

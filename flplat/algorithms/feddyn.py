@@ -10,7 +10,9 @@ initially; one row of a client store). The server keeps h and sets
 
     h^t = h^{t−1} − α (1/K) Σ_{k∈P_t} (θ_k^t − θ^{t−1}),      θ^t = (1/|P_t|) Σ_{k∈P_t} θ_k^t − h^t / α
 
-(K: all clients, P_t: the round's participants; the paper's uniform mean). The linear term, the proximal term and
+(K: the clients of the federation, P_t: the round's participants; the paper's uniform mean). K is all the
+clients unless another method runs FedDyn on a subset (``Strategy.population``: PQFed's inner federation of the
+target and its collaborators, where K is that group's size). The linear term, the proximal term and
 the h-correction act on the model's parameters only; normalisation buffers are plainly averaged. A standard
 single-model strategy (evaluated with θ^t), so other methods (PQFed) can run it as their inner algorithm.
 """
@@ -79,6 +81,7 @@ class FedDyn(Strategy):
         delta = (w - prev) * mask  # parameters only
         for r, d in zip(results, delta):
             state.personal.set(r.client, state.personal.get(r.client).to(d.device) - a * d)
-        state.extra["h"] = state.extra["h"].to(w.device) - a * delta.sum(dim=0) / self.info.num_clients
+        k = self.population or self.info.num_clients
+        state.extra["h"] = state.extra["h"].to(w.device) - a * delta.sum(dim=0) / k
         state.weights = w.mean(dim=0) - state.extra["h"] / a
         return state

@@ -22,7 +22,12 @@ Choices where the sources leave room (all Config keys):
 - ``v_init``: Reddi require v_{-1} ≥ τ², our default is τ² (None); Flower starts from 0 (``v_init=0``).
 - FedAdagrad's ``beta1`` defaults to 0 (no server momentum, as Flower's FedAdagrad, which Clust-PSI-PFL used;
   Table II does not tune it); Reddi's Algorithm 2 allows any β1.
-- No Adam bias correction (neither Reddi's Algorithm 2 nor Flower applies one).
+- ``bias_correction`` (adam kind; :mod:`flplat.maths.server_opt`): Reddi's Algorithm 2 has no bias correction,
+  Flower's FedAdam scales η by √(1 − β2^t)/(1 − β1^t) with t = round + 1 (``flower``; ``adam``: t = round, Kingma
+  & Ba). ``fedadam`` defaults to ``flower``: it is Clust-PSI-PFL's FedAdam baseline, and the paper's Sec. IV-A
+  says the authors "relied on Flower [30] ... for the FL baselines", so Flower's step is what Table II's tuned
+  η = 0.001 was tuned for. ``fedopt`` with ``server_optimizer=adam`` keeps Reddi's ``none``. (FedAvgM, FedAdagrad
+  and FedYogi match Flower's strategies, which have no correction, given ``v_init=0``.)
 
 Note: an adaptive step moves each weight by η·|m|/(√v + τ), of order η (from v = 0 the first ratio is
 (1−β1)/√(1−β2) = 1 with Table II's β's), so with Table II's η = 0.001 FedYogi and FedAdam move the global model
@@ -58,6 +63,7 @@ class FedOpt(FedAvg):
         tau: float = 1e-3  # adaptive kinds: adaptivity τ
         v_init: float | None = None  # adaptive kinds: initial second moment v_{-1}; None: τ²
         client_lr: float | None = None  # η_l, the clients' learning rate; None: federation.optimizer.lr
+        bias_correction: str = "none"  # adam kind: none (Reddi) | flower (Flower's FedAdam) | adam (Kingma & Ba)
 
     @classmethod
     def validate_config(cls, cfg, section: str) -> None:
@@ -71,6 +77,9 @@ class FedOpt(FedAvg):
                   ("tau", cfg.tau > 0 and math.isfinite(cfg.tau), "a finite number > 0"),
                   ("v_init", cfg.v_init is None or cfg.v_init >= 0, "null (τ²) or a number >= 0"),
                   ("client_lr", cfg.client_lr is None or cfg.client_lr > 0, "null or a number > 0")]
+        if cfg.bias_correction not in server_opt.BIAS_CORRECTIONS:
+            raise ConfigError(f"{section}.bias_correction={cfg.bias_correction!r} is not valid; choose one of: "
+                              f"{', '.join(server_opt.BIAS_CORRECTIONS)}")
         for key, ok, allowed in checks:
             if not ok:
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: {allowed}")
@@ -78,7 +87,8 @@ class FedOpt(FedAvg):
     def __init__(self, cfg, info):
         super().__init__(cfg, info)
         self.hp = server_opt.ServerOpt(kind=cfg.server_optimizer, lr=cfg.server_lr, momentum=cfg.server_momentum,
-                                       beta1=cfg.beta1, beta2=cfg.beta2, tau=cfg.tau, v_init=cfg.v_init)
+                                       beta1=cfg.beta1, beta2=cfg.beta2, tau=cfg.tau, v_init=cfg.v_init,
+                                       bias_correction=cfg.bias_correction)
 
     def init_state(self, init_weights, rng, ops):
         state = super().init_state(init_weights, rng, ops)
@@ -143,3 +153,4 @@ class FedAdam(FedOpt):
         server_optimizer: str = "adam"
         server_lr: float = 0.001  # Table II best η of {0.001, 0.01}
         tau: float = 0.001  # Table II best of {0.001, 0.01, 0.1}
+        bias_correction: str = "flower"  # the authors ran Flower's FedAdam (see the module docstring)

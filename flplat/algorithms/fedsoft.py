@@ -19,10 +19,14 @@ the gradient: with U = Σ_s u_s and c̄ = Σ_s u_s c_s / U,
 
 so (λ/2) Σ_s u_s ‖w − c_s‖² = (λU/2) ‖w − c̄‖² + const, i.e. ProximalTerm(c̄, μ = λU); only c̄ is sent down.
 
-Deviation: the executor reports a client's summed loss only, not per-sample losses, so the importance is
-estimated at client granularity: n_ks / n_k is replaced by 1 for the cluster whose model has the lowest mean
-train loss on the client and 0 otherwise (then smoothed by σ). :func:`importance_weights` takes a per-sample loss
-table; with ``FederationOps.sample_losses`` it would be exact. Choices the paper leaves open, as config keys:
+Importance estimation (Algorithm 1, line "estimate u_ks"): the server sends the S centres to every client; each
+client computes the per-sample losses of all S centres on its train split in one batched pass
+(``ops.compute`` with :func:`flplat.maths.multimodel.losses_fn`, as IFCA and FedEM) and counts, for every s,
+the samples n_ks whose smallest loss is under c_s; u_ks = max(n_ks / n_k, σ) (:func:`importance_weights`). A
+client without training samples gets u_ks = 1/S. This broadcast (S models to each of the K clients) and the
+S importance weights sent back are logged as ``importance_bytes_down`` / ``importance_bytes_up`` in the rounds
+that estimate (0 otherwise); they are not part of ``bytes_down`` / ``bytes_up``, which count the training
+traffic. Choices the paper leaves open, as config keys:
 
 * ``selection``: ``importance`` (the paper's per-cluster draws) or ``uniform`` (the federation's client
   fraction q, every participant contributing to every cluster with weight u_ks n_k);
@@ -47,9 +51,10 @@ import torch
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.engine.state import ServerState
+from flplat.engine.state import ServerState, derive_seed
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import stack
+from flplat.maths.multimodel import losses_fn
 
 CHOICES = {"selection": ("importance", "uniform"), "local_start": ("mixture", "personal"),
            "eval_model": ("cluster", "personal")}
@@ -120,16 +125,20 @@ class FedSoft(ClusteredStrategy):
         return state
 
     def estimate_importance(self, state, ops) -> None:
-        """Every client scores every centre on its train split (argmin of the mean loss: see the deviation)."""
-        views, k = list(state.clusters), self.info.num_clients
-        res = ops.evaluate([(client, v) for v in views for client in range(k)], "train")
-        losses = torch.tensor([r.loss for r in res], dtype=torch.float64).view(len(views), k).T  # (K, S)
-        u = importance_weights(losses[:, :, None], self.cfg.sigma).numpy()
+        """u_ks = max(n_ks / n_k, σ) from every client's per-sample losses of the S centres on its train split."""
+        k, s = self.info.num_clients, state.clusters.shape[0]
+        out = ops.compute([(c, None) for c in range(k)], losses_fn(state.clusters), "train",
+                          seed=derive_seed(0, "fedsoft_importance", state.round))
+        u = np.stack([importance_weights(o.double(), self.cfg.sigma).numpy() if o.shape[1]
+                      else np.full(s, 1.0 / s) for o in out])  # (K, S)
         state.extra["importance"] = u
         state.assignment = u.argmax(axis=1).astype(np.int64)
+        w = state.clusters
+        state.extra["importance_bytes"] = (float(k * s * w[0].numel() * w.element_size()), float(k * s * 8))
 
     def select(self, state, rng, ops):
         cfg, k = self.cfg, self.info.num_clients
+        state.extra["importance_bytes"] = (0.0, 0.0)
         if (state.round - 1) % cfg.tau == 0:
             self.estimate_importance(state, ops)
         if cfg.selection == "uniform":
@@ -168,6 +177,10 @@ class FedSoft(ClusteredStrategy):
             for r in results:
                 state.personal.set(r.client, r.weights)
         return state
+
+    def round_metrics(self, state):
+        down, up = state.extra.get("importance_bytes", (0.0, 0.0))
+        return {**super().round_metrics(state), "importance_bytes_down": down, "importance_bytes_up": up}
 
     def eval_weights(self, state, client):
         if self.cfg.eval_model == "personal" and state.personal.has(client):

@@ -14,11 +14,18 @@ Aggregation (``weighting``): the paper's global update averages the selected cli
 w_{t+1} = (1/m) Σ_{k∈S_t} w_k^{t+1}, since sampling already weights clients by p_k (``uniform``, default);
 ``samples`` is FedAvg's n_k-weighted mean.
 
-Where the paper leaves things open: d < m is raised to m (the trained set must come from A) and d > K lowered
-to K; clients with n_k = 0 become candidates only once the clients with data are exhausted, and a candidate
+The candidate set size: the paper samples a candidate set of size d with m ≤ d ≤ K (its π_pow-d definition). Clust-PSI-PFL (Table II) tuned
+d ∈ {6, 8, 10, 16} and used d = 8, below m in every cell with K ≥ 32 at q = 0.5. ``small_d`` says what happens
+when d < m, checked when the strategy is built (before any run is created):
+
+* ``error`` (default, the paper): a ConfigError naming d, m, q and K;
+* ``raise_d``: d_eff = m, so every candidate trains (selection is plain size-proportional sampling);
+* ``train_d``: m_eff = d, the d candidates all train (fewer participants than q·K).
+
+d > K is lowered to K (every client a candidate). The effective values are logged every round (``poc_d``,
+``poc_m``). Clients with n_k = 0 become candidates only once the clients with data are exhausted, and a candidate
 without training data ranks last. The paper's cheaper variants (cpow-d: loss on a mini-batch; rpow-d: stale
-losses from the last participation) are not implemented. Clust-PSI-PFL (Table II) tuned d ∈ {6, 8, 10, 16}
-and used d = 8.
+losses from the last participation) are not implemented.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from flplat.errors import ConfigError
 from flplat.maths.aggregation import stack, weighted_mean
 
 WEIGHTINGS = ("uniform", "samples")
+SMALL_D = ("error", "raise_d", "train_d")
 
 
 def num_selected(num_clients: int, fraction: float) -> int:
@@ -67,19 +75,32 @@ class PowerOfChoice(FedAvg):
     class Config:
         d: int = 8  # candidate set size (Clust-PSI-PFL Table II grid: 6, 8, 10, 16)
         weighting: str = "uniform"  # uniform: (1/m) Σ w_k (the paper) | samples: FedAvg's n_k / n
+        small_d: str = "error"  # d < m: error (the paper: m <= d <= K) | raise_d (d = m) | train_d (m = d)
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
         if not cfg.d >= 1:
             raise ConfigError(f"{section}.d={cfg.d!r} is out of range; allowed: an integer >= 1")
-        if cfg.weighting not in WEIGHTINGS:
-            raise ConfigError(f"{section}.weighting={cfg.weighting!r} is not valid; choose one of: "
-                              f"{', '.join(WEIGHTINGS)}")
+        for key, allowed in (("weighting", WEIGHTINGS), ("small_d", SMALL_D)):
+            if getattr(cfg, key) not in allowed:
+                raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is not valid; choose one of: "
+                                  f"{', '.join(allowed)}")
+
+    def __init__(self, cfg, info):
+        super().__init__(cfg, info)
+        k = info.num_clients
+        m = num_selected(k, info.client_fraction)
+        d = min(k, int(cfg.d))
+        if d < m:
+            if cfg.small_d == "error":
+                raise ConfigError(f"algorithm.d={cfg.d} is below m={m} (federation.client_fraction="
+                                  f"{info.client_fraction} x {k} clients); Power-of-Choice needs m <= d <= K: allowed: "
+                                  f"an integer in [{m}, {k}], or algorithm.small_d=raise_d (d = m) or train_d (m = d)")
+            d, m = (m, m) if cfg.small_d == "raise_d" else (d, d)
+        self.d, self.m = d, m  # the effective candidate-set size and number of trained clients
 
     def select(self, state, rng, ops):
-        k = self.info.num_clients
-        m = num_selected(k, self.info.client_fraction)
-        d = min(k, max(int(self.cfg.d), m))
+        d, m = self.d, self.m
         cand = sample_proportional(rng, self.info.num_samples, d)
         loss = np.nan_to_num(client_losses(ops, cand, state.weights), nan=-np.inf)
         best = np.argsort(-loss, kind="stable")[:m]
@@ -91,3 +112,6 @@ class PowerOfChoice(FedAvg):
         w, n = stack(results)
         state.weights = weighted_mean(w, torch.ones_like(n))
         return state
+
+    def round_metrics(self, state):
+        return {**super().round_metrics(state), "poc_d": float(self.d), "poc_m": float(self.m)}

@@ -15,7 +15,7 @@ Collaborators (``selection``): ``strict`` = clients with EMD ≤ ``strict_ratio`
 
 Training: the ``inner`` algorithm from the registry (``fedavg``, ``fedprox`` or ``feddyn``; its keys in
 ``inner_params``) runs on the target and its collaborators only, all of them every round (the paper's FL among
-the selected clients). ``mode=incremental`` is Algorithm 2: the collaborators are ordered by EMD, closest first;
+the selected clients; for the inner algorithm the federation is that group: FedDyn's h divides by its size, not K). ``mode=incremental`` is Algorithm 2: the collaborators are ordered by EMD, closest first;
 stage i (``rounds_per_stage`` rounds) trains the target with the i-th client (``incremental_group=pair``, the
 paper's reading; ``cumulative``: with the i closest), starting from the previous stage's model; after each stage
 the target's accuracy on ``stop_split`` is compared with the best so far and, with ``incremental_stop``, training
@@ -118,6 +118,7 @@ class PQFed(Strategy):
         if bad:
             raise ConfigError(f"algorithm.collaborators contains {bad[0]}; allowed: client ids in "
                               f"[0, {info.num_clients - 1}]")
+        self._check_target_splits(cfg, info)
         if info.public_x is None:
             raise ConfigError("algorithm.name='pqfed' needs public inputs for its PCA: a dataset with a test set "
                               "(mnist, fmnist, cifar10, synthetic) or partition.name=pqfed")
@@ -125,6 +126,25 @@ class PQFed(Strategy):
         inner_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(inner_cls.Config),
                                                         dict(cfg.inner_params)))
         self.inner = inner_cls(inner_cfg, info)
+
+    @staticmethod
+    def _check_target_splits(cfg, info) -> None:
+        """The target's accuracy is measured on its test split, and Algorithm 2's stopping rule on ``stop_split``:
+        an empty one would log NaN / never stop, so it is a ConfigError (on the ``pqfed`` partition only client 0,
+        the partition's target, has a test split unless ``partition.test_fraction`` > 0, and none has a
+        validation split unless ``partition.val_fraction`` > 0)."""
+        t = cfg.target
+        test, val = info.split_samples.get("test"), info.split_samples.get("val")
+        if test is not None and test[t] == 0:
+            ok = np.flatnonzero(test > 0)
+            raise ConfigError(f"algorithm.target={t}: client {t} has no test split, so its accuracy is undefined; "
+                              f"allowed: a client with test data ({', '.join(map(str, ok[:5]))}"
+                              f"{', ...' if len(ok) > 5 else ''}) or partition.test_fraction > 0")
+        stops = cfg.mode == "incremental" and cfg.incremental_stop
+        if stops and cfg.stop_split == "val" and val is not None and val[t] == 0:
+            raise ConfigError(f"algorithm.stop_split='val': the target client {t} has no validation split, so "
+                              "Algorithm 2 would never stop; allowed: algorithm.stop_split=test, or "
+                              "partition.val_fraction > 0 on a partition that gives the target one")
 
     # ---- Algorithm 1 --------------------------------------------------------------------------------
     def similarity(self, rng: np.random.Generator, ops) -> tuple[np.ndarray, np.ndarray]:
@@ -181,6 +201,7 @@ class PQFed(Strategy):
         x = state.extra["pqfed"]
         frozen = self._frozen(state)
         if not frozen:
+            self.inner.population = len(self.group(state))  # the inner federation (FedDyn's K)
             state = self.inner.aggregate(state, results, ops)
         t = self.cfg.target
         x["target_acc"] = np.array(ops.evaluate([(t, self.inner.eval_weights(state, t))], "test")[0].accuracy)

@@ -18,10 +18,15 @@ Cases the paper leaves open, decided here (``SilhouetteSearch.reason`` says whic
   (``nonpositive="one_cluster"``); ``nonpositive="argmax"`` takes the best j anyway.
 * a cluster holding a single client is allowed (its silhouette contributes 0, as in scikit-learn).
 
-Cost: one K-means per candidate, O(I·K·j·D) each, plus one silhouette, O(m²·D) on m points. ``k_max`` caps the
-candidates (the paper's ``K - 1`` when None) and ``subsample`` scores every j on the same random subset of m rows
-(the paper's remark on very large federations), so K = 1,000 clients take about a second
-(``tools/bench_clustering.py``). Cluster ids are renumbered by first appearance (client 0 is in cluster 0).
+Cost (the paper's Sec. III-C): one K-means per candidate, O(I·K·j·D) each, and one silhouette per candidate. The
+pairwise distances of the scored rows are computed once and every silhouette reads them
+(``silhouette_score(..., metric="precomputed")``: the same values as from the raw rows, O(m²) per candidate
+instead of O(m²·D)). ``k_max`` caps the candidates (None: the paper's ``K - 1``), ``subsample`` scores every j on
+the same random subset of m rows (the paper's remark on very large federations) and ``jobs`` fits the candidates
+in that many worker processes (the same result: every candidate has its own seeded K-means). With the full scan the
+K-means fits dominate: at K = 1,000 the sum over j = 2..999 is ~1,000x the cost at K = 100
+(docs/performance.md, ``tools/bench_clustering.py``). Cluster ids are renumbered by first appearance (client 0 is
+in cluster 0).
 """
 
 from __future__ import annotations
@@ -71,19 +76,26 @@ def kmeans(X: np.ndarray, k: int, seed: int = 0, n_init: int = 10) -> tuple[np.n
 
 def silhouette_kmeans(X: np.ndarray, k_min: int = 2, k_max: int | None = None, seed: int = 0, n_init: int = 10,
                       subsample: int | None = None, rng: np.random.Generator | None = None,
-                      nonpositive: str = "one_cluster", tol: float = 1e-12, threads: int | None = 1
-                      ) -> SilhouetteSearch:
+                      nonpositive: str = "one_cluster", tol: float = 1e-12, threads: int | None = 1,
+                      jobs: int = 1) -> SilhouetteSearch:
     """Select tau = argmin{j : s(j) >= max s - tol} over j in ``k_min..min(k_max, K - 1)`` (see the module doc).
 
     ``rng``, when given, supplies the K-means seed and the silhouette subsample instead of ``seed``. ``threads``
     caps the OpenMP/BLAS threads during the search (None: no cap): these problems are too small to gain from
-    threads, and on a busy machine OpenMP oversubscription made the search up to 100x slower.
+    threads, and on a busy machine OpenMP oversubscription made the search up to 100x slower. ``jobs`` > 1 fits
+    the candidates in that many processes (joblib), each single-threaded; the result does not depend on it.
     """
     with threadpool_limits(limits=threads):
-        return _search(np.asarray(X, dtype=np.float64), k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol)
+        return _search(np.asarray(X, dtype=np.float64), k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol,
+                       int(jobs))
 
 
-def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol) -> SilhouetteSearch:
+def _fit_candidate(X: np.ndarray, j: int, seed: int, n_init: int) -> tuple[np.ndarray, np.ndarray]:
+    with threadpool_limits(limits=1):  # in a worker process: one thread each
+        return kmeans(X, j, seed, n_init)
+
+
+def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol, jobs=1) -> SilhouetteSearch:
     if X.ndim != 2 or len(X) == 0:
         raise ValueError(f"X must be a non-empty (K, D) matrix, got shape {X.shape}")
     if not np.isfinite(X).all():
@@ -101,16 +113,25 @@ def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol) -> 
     idx = None
     if subsample is not None and subsample < K:
         idx = np.sort(gen.choice(K, size=int(subsample), replace=False))  # one subset for every j
+    from sklearn.metrics import pairwise_distances
+
+    dist = pairwise_distances(X if idx is None else X[idx])  # once; every silhouette reads it
+    candidates = range(lo, min(hi, n_distinct) + 1)
+    if jobs > 1 and len(candidates) > 1:
+        from joblib import Parallel, delayed
+
+        fitted = Parallel(n_jobs=jobs)(delayed(_fit_candidate)(X, j, km_seed, n_init) for j in candidates)
+    else:
+        fitted = (kmeans(X, j, km_seed, n_init) for j in candidates)
     scores: dict[int, float] = {}
     fits: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for j in range(lo, min(hi, n_distinct) + 1):
-        labels, centroids = kmeans(X, j, km_seed, n_init)
+    for j, (labels, centroids) in zip(candidates, fitted):
         if labels.max() + 1 < j:
             continue
-        xs, ls = (X, labels) if idx is None else (X[idx], labels[idx])
+        ls = labels if idx is None else labels[idx]
         if not 2 <= len(np.unique(ls)) <= len(ls) - 1:
             continue
-        scores[j] = float(silhouette_score(xs, ls))
+        scores[j] = float(silhouette_score(dist, ls, metric="precomputed"))
         fits[j] = (labels, centroids)
 
     def one(reason: str) -> SilhouetteSearch:

@@ -11,9 +11,14 @@ write Δ = avg − w, the *negative* pseudo-gradient, and Hsu et al. (2019) use 
 - ``adam``:     m as above,  v ← β2 v + (1−β2) Δ²                           (Reddi, Alg. 2)
   and for the three adaptive kinds  w ← w + η m / (√v + τ).
 
-Reddi et al. initialise m = 0 and v_{-1} ≥ τ²; ``v_init`` (None: τ²) sets v's start. Neither paper uses Adam's
-bias correction, so neither does this module. ``init`` returns the state, ``step`` a new model and a new state;
-inputs are never modified.
+Reddi et al. initialise m = 0 and v_{-1} ≥ τ²; ``v_init`` (None: τ²) sets v's start.
+
+Bias correction (``bias_correction``, ``adam`` kind only): Reddi's Algorithm 2 has none (``none``). Flower's
+``FedAdam`` strategy (flwr.server.strategy.FedAdam, which Clust-PSI-PFL's authors ran) scales the step size as in
+Kingma & Ba's Adam, η_t = η·√(1 − β2^t) / (1 − β1^t), with t = server_round + 1 (its rounds count from 1, so the
+first step uses t = 2: ``flower``); ``adam`` uses t = the number of steps taken, Kingma & Ba's count (the first
+step uses t = 1). Flower's FedAdagrad and FedYogi apply no correction. ``init`` returns the state, ``step`` a
+new model and a new state; inputs are never modified.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 
 KINDS = ("sgd", "momentum", "adagrad", "yogi", "adam")
 ADAPTIVE = ("adagrad", "yogi", "adam")
+BIAS_CORRECTIONS = ("none", "flower", "adam")
 
 
 @dataclass(frozen=True)
@@ -37,10 +43,22 @@ class ServerOpt:
     beta2: float = 0.99  # second-moment decay of yogi and adam
     tau: float = 1e-3  # τ, the adaptivity constant of the adaptive kinds
     v_init: float | None = None  # initial second moment of the adaptive kinds; None: τ²
+    bias_correction: str = "none"  # adam kind: none (Reddi) | flower (t = round + 1) | adam (t = round)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"server optimizer {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.bias_correction not in BIAS_CORRECTIONS:
+            raise ValueError(f"bias_correction {self.bias_correction!r} is not one of {', '.join(BIAS_CORRECTIONS)}")
+
+
+def step_size(hp: ServerOpt, steps: int) -> float:
+    """η_t for the ``steps``-th step (1 for the first): η, or for ``adam`` with a bias correction
+    η·√(1 − β2^t) / (1 − β1^t), t = ``steps`` (``adam``) or ``steps + 1`` (``flower``)."""
+    if hp.kind != "adam" or hp.bias_correction == "none":
+        return hp.lr
+    t = steps + (1 if hp.bias_correction == "flower" else 0)
+    return hp.lr * (1 - hp.beta2**t) ** 0.5 / (1 - hp.beta1**t)
 
 
 def init(hp: ServerOpt, w: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -76,4 +94,4 @@ def step(hp: ServerOpt, state: dict[str, torch.Tensor], w: torch.Tensor,
     else:  # adam
         v = hp.beta2 * v + (1 - hp.beta2) * d2
     out["m"], out["v"] = m, v
-    return w + hp.lr * m / (v.sqrt() + hp.tau), out
+    return w + step_size(hp, int(out["step"])) * m / (v.sqrt() + hp.tau), out
