@@ -181,3 +181,15 @@ def test_cafa_run_logs_detection_and_curve_summaries(tiny_cfg):
     accs = [h["global_test_accuracy"] for h in s.history]
     assert s.final["best_global_test_accuracy"] == max(accs)
     assert s.final["window_mean_global_test_accuracy"] == pytest.approx(np.mean(accs[-2:]))
+
+
+def test_abfa_without_validation_data_is_a_config_error(tiny_cfg):
+    """partition.val_fraction=0 would silently turn ABFA into equal weights (CAFA = CBCC only)."""
+    from flplat.experiment import prepare
+
+    with pytest.raises(ConfigError, match=r"algorithm\.abfa_split='val': no client has a val split.*"
+                                          r"partition\.val_fraction > 0"):
+        prepare(tiny_cfg(**{"algorithm.name": "cafa", "partition.val_fraction": 0.0}))
+    for ok in ({"algorithm.use_abfa": False}, {"algorithm.abfa_split": "train"}):  # the documented ways out
+        prepare(tiny_cfg(**{"algorithm.name": "cafa", "partition.val_fraction": 0.0, **ok}))
+    prepare(tiny_cfg(**{"algorithm.name": "cafa", "partition.train_fraction": 0.6, "partition.val_fraction": 0.2}))

@@ -77,6 +77,9 @@ BAD = [
     (["algorithm.name=fedprox", "algorithm.mu=-1"], "algorithm.mu", ">= 0"),
     (["fabric.precision=8-bit"], "fabric.precision", "32-true"),
     (["partition.num_clients=100", "partition.alpha=0.01", "partition.min_samples=30"], "partition.", ""),
+    # checks that need the federation (raised while the strategy is built, before any run exists)
+    (["algorithm.name=cafa", "partition.val_fraction=0"], "algorithm.abfa_split", "partition.val_fraction > 0"),
+    (["algorithm.name=poc", "algorithm.d=2"], "algorithm.d=2 is below m=5", "[5, 10]"),
 ]
 
 

@@ -136,3 +136,41 @@ def test_per_cluster_accuracy_is_logged_per_round(tiny_cfg):
         sel = assign == c
         expect = s.client_table["correct"][sel].sum() / s.client_table["num_test"][sel].sum()
         assert s.metrics[f"cluster_accuracy_{c}"] == expect
+
+
+def _one_class_groups(groups: int, per_group: int = 2) -> np.ndarray:
+    """``groups`` planted label distributions: the clients of group g hold only class g (``groups`` classes)."""
+    return np.repeat(np.eye(groups, dtype=np.int64) * 30, per_group, axis=0)
+
+
+def test_tau_search_scans_every_j_up_to_k_minus_1_by_default():
+    # 25 groups of 2 clients: the silhouette is 1 at j = 25 only, above the old default cap of 20
+    counts = _one_class_groups(25)
+    st = make(counts).init_state(torch.zeros(3), np.random.default_rng(0), None)
+    assert st.clusters.shape[0] == 25 and st.extra["silhouette"] == pytest.approx(1.0)
+    assert len(np.unique(st.assignment[::2])) == 25 and (st.assignment[::2] == st.assignment[1::2]).all()
+    assert st.extra["silhouette_by_k"][:, 0].tolist() == list(range(2, 26))  # 25 distinct rows: j <= 25
+    capped = make(counts, max_clusters=20).init_state(torch.zeros(3), np.random.default_rng(0), None)
+    assert capped.clusters.shape[0] <= 20 and capped.extra["silhouette_by_k"][:, 0].max() == 20  # the opt-in cap
+    assert ClustPSIPFL.Config().max_clusters is None
+
+
+def test_descriptors_are_standardised_before_k_means(monkeypatch):
+    # the paper (Sec. III-B): "These features are standardized to have a mean of zero and a variance of one"
+    import flplat.algorithms.clust_psi_pfl as mod
+
+    seen = {}
+    real = mod.silhouette_kmeans
+
+    def spy(X, **kw):
+        seen["X"] = X
+        return real(X, **kw)
+
+    monkeypatch.setattr(mod, "silhouette_kmeans", spy)
+    counts = np.array([[50, 50, 0, 0], [0, 0, 45, 55], [60, 40, 0, 0], [0, 0, 50, 50], [90, 5, 5, 0], [10, 20, 30, 40]])
+    make(counts).init_state(torch.zeros(3), np.random.default_rng(0), None)
+    X = seen["X"]
+    raw = psi_descriptors(counts, 1e-6)
+    np.testing.assert_allclose(X, (raw - raw.mean(0)) / raw.std(0), atol=1e-12)
+    np.testing.assert_allclose(X.mean(0), 0, atol=1e-12)
+    np.testing.assert_allclose(X.std(0), 1, atol=1e-12)

@@ -199,3 +199,18 @@ def test_data_subsampling_is_deterministic_and_sized():
                                          .y_train) == len(full.y_train)
     with pytest.raises(ConfigError, match="data.max_train_samples"):
         load_config(None, tiny_overrides(**{"data.max_train_samples": -1}))
+
+
+def test_proximal_centre_is_the_personalised_aggregate_not_the_start():
+    # Eq. 10: the local objective pulls w_i towards w_i^g (Eq. 9); local training starts from w_i^{t-1} (default)
+    strat = _strategy(FIG1, sigma=50.0, eps=1e-3, lam=2.0)
+    state = strat.init_state(torch.zeros(6), np.random.default_rng(0), None)
+    for k in range(5):
+        state.personal.set(k, torch.full((6,), float(k)))
+    chosen = strat.select(state, np.random.default_rng(1), None)
+    for a, k in enumerate(chosen):
+        plan = strat.plan(state, int(k))
+        (hook,) = plan.hooks
+        assert torch.equal(hook.center, state.extra["aggregated"][a]) and hook.mu == 2.0
+        assert torch.equal(plan.weights, state.personal.get(int(k)))
+        assert not torch.equal(hook.center, plan.weights)

@@ -199,3 +199,22 @@ def test_build_federation() -> None:
     assert all(np.array_equal(np.sort(a.all()), np.sort(b.all())) for a, b in zip(fed.clients, fed2.clients))
     no_test = build_federation(make_dataset(with_test=False), PartitionConfig(name="iid", num_clients=3), seed=0)
     assert no_test.x_global_test is None and no_test.y_global_test is None
+
+
+def test_dirichlet_client_at_n_over_k_gets_no_further_classes() -> None:
+    """FedArtML's cap (SEED-NOTES): classes are dealt in order, and a client already holding >= N/K samples gets
+    probability 0 for the next classes, so before its last (highest) class every client holds < N/K samples. The
+    cut points floor cumsum(p)·n, so the rounding remainder of a class (< K samples) always goes to the last client,
+    even a full one (as in the classic cut code): that client is checked for that bound instead."""
+    labels = balanced(10, 100)  # N = 1000, K = 10: cap 100
+    cfg = PartitionConfig(name="dirichlet", num_clients=10, alpha=0.3, min_samples=0)
+    for seed in range(5):
+        parts = partition(labels, cfg, np.random.default_rng(seed))
+        for k, idx in enumerate(parts):
+            held = np.bincount(labels[idx], minlength=10)
+            full = np.flatnonzero(np.cumsum(held) >= 100)
+            after = held[full[0] + 1:] if len(full) else held[:0]  # classes dealt once the client was full
+            if k < 9:
+                assert not after.any(), (seed, k, held)
+            else:
+                assert (after < 10).all(), (seed, k, held)

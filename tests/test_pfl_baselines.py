@@ -111,6 +111,11 @@ def test_fedamp_cloud_model_leans_to_the_similar_client():
     assert float((u0 - torch.tensor([1.0, 0.0])).norm()) < 0.1  # mostly itself and its similar client 1
     plan = strat.plan(state, 0)
     assert torch.equal(plan.weights, state.personal.get(0)) and plan.hooks[0].mu == pytest.approx(1.0)
+    # FedAMP's local objective: the proximal centre is the cloud model u_i, training starts from w_i
+    for k in range(3):
+        plan = strat.plan(state, k)
+        assert torch.equal(plan.hooks[0].center, state.extra["cloud"][k])
+        assert not torch.equal(plan.hooks[0].center, plan.weights)
 
 
 # ---- FedDyn ------------------------------------------------------------------------------------------------

@@ -250,3 +250,68 @@ def test_feddyn_inner_runs_on_the_selected_clients(tiny_cfg):
     assert d.metrics["num_participants"] == a.metrics["num_participants"]
     assert torch.isfinite(d.state.weights).all() and not torch.equal(a.state.weights, d.state.weights)
     assert 0 <= d.metrics["target_accuracy"] <= 1
+
+
+# ------------------------------------------------------------------------------------------- inner FedDyn's K
+def test_inner_feddyn_divides_h_by_the_inner_federation_not_all_clients():
+    """A group of 2 (target 0 + collaborator 5) inside 12 clients, α = 1, θ^{t-1} = 0, client updates +1.5 and +0.5
+    on every weight: h = −α (1.5 + 0.5) / 2 = −1.0 (not −2/12 = −0.167) and θ = mean(θ_k) − h/α = 1.0 + 1.0 = 2.0."""
+    from torch import nn
+
+    from flplat.algorithms.base import ClientResult, EvalResult, FederationInfo
+    from flplat.algorithms.pqfed import PQFed
+    from flplat.engine.state import ParamLayout
+
+    layout = ParamLayout(nn.Linear(1, 1))  # P = 2
+    k = 12
+    info = FederationInfo(num_clients=k, num_classes=2, num_samples=np.full(k, 10), label_counts=np.ones((k, 2)),
+                          client_fraction=1.0, local_epochs=1, layout=layout, all_train_indices=np.arange(10 * k),
+                          public_x=torch.zeros(4, 1))
+    cfg = PQFed.Config(selection="given", collaborators=[5], inner="feddyn", inner_params={"alpha": 1.0})
+    strat = PQFed(cfg, info)
+    state = strat.inner.init_state(torch.zeros(2), np.random.default_rng(0), None)
+    state.extra["pqfed"] = {"emd": np.zeros(k), "order": np.array([5]), "stopped": np.array(False),
+                            "best_acc": np.array(-1.0), "target_acc": np.array(np.nan), "best_weights": None}
+    state.round = 1
+    assert strat.select(state, np.random.default_rng(0), None).tolist() == [0, 5]
+
+    class Ops:
+        def evaluate(self, requests, split="val"):
+            return [EvalResult(c, 0.0, 1, 2) for c, _ in requests]
+
+    results = [ClientResult(0, torch.full((2,), 1.5), 10, 0.0), ClientResult(5, torch.full((2,), 0.5), 10, 0.0)]
+    state = strat.aggregate(state, results, Ops())
+    torch.testing.assert_close(state.extra["h"], torch.full((2,), -1.0))
+    torch.testing.assert_close(state.weights, torch.full((2,), 2.0))
+    torch.testing.assert_close(state.personal.get(0), torch.full((2,), -1.5))  # h_k − α (θ_k − θ^{t−1})
+
+
+# ------------------------------------------------------------------------ silent degradations are config errors
+def _pqfed_cfg(**extra):
+    over = _pqfed_partition(**{"algorithm.name": "pqfed", "algorithm.pca_components": 5, "algorithm.num_clusters": 6,
+                               "partition.train_fraction": 1.0, "partition.test_fraction": 0.0,
+                               "partition.val_fraction": 0.0, "tracking.enabled": "false", **extra})
+    return load_config(None, over)
+
+
+def test_target_without_a_test_split_is_a_config_error():
+    """On the pqfed partition only client 0 (the partition's target) has a test split: target 2 logged NaN."""
+    from flplat.experiment import prepare
+
+    with pytest.raises(ConfigError, match=r"algorithm\.target=2: client 2 has no test split.*allowed: a client with "
+                                          r"test data \(0\)"):
+        prepare(_pqfed_cfg(**{"algorithm.target": 2}))
+    p = prepare(_pqfed_cfg(**{"algorithm.target": 2, "partition.train_fraction": 0.8,
+                              "partition.test_fraction": 0.2}))  # real support: client 2 then has test data
+    assert p.strategy.cfg.target == 2
+
+
+def test_incremental_stop_on_a_missing_validation_split_is_a_config_error():
+    """The pqfed target has no validation split: stop_split=val never stopped Algorithm 2."""
+    from flplat.experiment import prepare
+
+    inc = {"algorithm.mode": "incremental", "algorithm.stop_split": "val"}
+    with pytest.raises(ConfigError, match=r"algorithm\.stop_split='val': the target client 0 has no validation"):
+        prepare(_pqfed_cfg(**inc))
+    prepare(_pqfed_cfg(**{**inc, "algorithm.incremental_stop": False}))  # no stopping rule: nothing to check
+    prepare(_pqfed_cfg(**{"algorithm.mode": "incremental"}))  # stop_split=test (default)
