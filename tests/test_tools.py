@@ -12,9 +12,20 @@ from conftest import REPO
 @pytest.mark.parametrize("script, args", [
     ("bench_fedavg.py", ["--rounds", "1", "--repeats", "1", "--no-warmup"]),
     ("bench_vectorized.py", ["--rounds", "2", "--repeats", "1", "--clients", "20"]),
+    ("bench_clustering.py", ["--clients", "30", "--repeats", "0"]),
 ])
 def test_benchmark_scripts_run(script, args):
     res = subprocess.run([sys.executable, str(REPO / "tools" / script), *args], cwd=REPO, capture_output=True,
                          text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "median" in res.stdout
+
+
+def test_dapfl_tool_gives_ifca_the_papers_number_of_clusters():
+    # DA-PFL §IV-D: "we set the number of clusters at 3 and 7 based on different client numbers (20 and 100 clients)"
+    sys.path.insert(0, str(REPO / "tools"))
+    from reproduce_dapfl import parse_method
+
+    assert parse_method("ifca", 20)[1]["algorithm.num_clusters"] == 3
+    assert parse_method("ifca", 100)[1]["algorithm.num_clusters"] == 7
+    assert parse_method("ifca:algorithm.num_clusters=5", 100)[1]["algorithm.num_clusters"] == "5"  # explicit wins

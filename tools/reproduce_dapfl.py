@@ -6,7 +6,9 @@ Example (the grid of docs/results.md):
   python tools/reproduce_dapfl.py --table-only --results docs/results/dapfl/digits.jsonl docs/results/dapfl/fmnist.jsonl
 
 A method is ``NAME`` from the built-in list (--list) or ``NAME:key=value,key=value`` (e.g. a method added later:
-``ifca:algorithm.name=ifca,algorithm.num_clusters=3``). Each finished run appends one JSON line (config cell,
+``fedpfa:algorithm.name=fedpfa``). ``ifca`` gets the paper's number of clusters for the cell (§IV-D: "we set the
+number of clusters at 3 and 7 based on different client numbers (20 and 100 clients), respectively") unless
+``algorithm.num_clusters`` is given. Each finished run appends one JSON line (config cell,
 method, final metrics and run summaries) to --results, so an interrupted grid keeps its finished runs; the tables
 (Table I/III: mean personalised accuracy over the last 10 rounds; Table IV: Few/Medium/Many; Table V: ablations;
 Table VI: rounds to target accuracy) are printed from that file (and written to --out).
@@ -36,16 +38,20 @@ METHODS = {
                  "algorithm.dynamic": False},
     "dapfl_v2": {"algorithm.name": "dapfl", "algorithm.lam": 1.0, "algorithm.dynamic": False},
     "fedrep": {"algorithm.name": "fedrep", "algorithm.head_epochs": 10, "algorithm.body_epochs": 1},
+    "ifca": {"algorithm.name": "ifca"},
 }
+IFCA_CLUSTERS = {20: 3, 100: 7}  # §IV-D: similarity-based clustering methods, by the number of clients
 DEFAULT = ["fedavg", "fedprox", "ditto", "fedamp", "dapfl", "fedrep"]
 
 
-def parse_method(spec: str) -> tuple[str, dict[str, object]]:
+def parse_method(spec: str, clients: int | None = None) -> tuple[str, dict[str, object]]:
     name, _, rest = spec.partition(":")
     over = dict(METHODS.get(name, {"algorithm.name": name}))
     for kv in filter(None, rest.split(",")):
         k, _, v = kv.partition("=")
         over[k] = v
+    if over.get("algorithm.name") == "ifca" and clients in IFCA_CLUSTERS:
+        over.setdefault("algorithm.num_clusters", IFCA_CLUSTERS[clients])
     return name, over
 
 
@@ -117,7 +123,7 @@ def main() -> int:
                 for a in args.alphas:
                     path = ROOT / "configs" / "dapfl" / f"{ds}_k{k}_a{a}.yaml"
                     for spec in args.methods:
-                        name, over = parse_method(spec)
+                        name, over = parse_method(spec, k)
                         dots = [*args.set, *(f"{key}={v}" for key, v in over.items()), f"seed={args.seed}",
                                 f"tracking.experiment={args.experiment}", f"tracking.run_name={name}-{path.stem}"]
                         if args.no_track:

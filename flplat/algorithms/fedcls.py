@@ -1,5 +1,9 @@
-"""FedCLS — Bhatti et al., "FedCLS: Class-Aware Federated Learning in a Heterogeneous Environment", IEEE TNSM 2023
-(DOI 10.1109/TNSM.2023.3278023); run as the Clust-PSI-PFL baseline (FedAvg aggregation).
+"""FedCLS — C. Li and H. Wu, "FedCLS: A federated learning client selection algorithm based on cluster label
+information", IEEE 96th Vehicular Technology Conference (VTC2022-Fall), 2022, pp. 1-5 — reference [22] of
+Clust-PSI-PFL, whose baseline this is (FedAvg aggregation). Clust-PSI-PFL describes it (Sec. II): "FedCLS [22]
+guides client sampling using group-level label information and Hamming distances between one-hot label vectors,
+preferentially selecting clients with complementary (diverse) label distributions". (Not Bhatti et al.'s
+"FedCLS: Class-Aware Federated Learning in a Heterogeneous Environment", IEEE TNSM 2023, a different method.)
 
 FedCLS uses group-level label information: each client reports the one-hot vector of the classes it holds,
 z_k ∈ {0, 1}^C with z_kc = 1 iff client k has a training sample of class c, and the server groups clients whose
@@ -15,7 +19,10 @@ each of the groups that need training most. Exact algorithm here:
    while fewer than m = max(1, round(q·K)) clients are chosen the visit repeats (second-highest, ...). With
    ≥ m groups the selected clients come from m different groups, i.e. hold different label sets.
 
-Where the paper is not available to us or leaves things open: the Hamming distance is on binary presence
+Checked against that description: label information enters through the one-hot vectors, grouping through their
+Hamming distance, and "complementary" selection through taking each client from a different group (different
+label sets) while there are enough groups. Li & Wu's paper itself is not available to us; where the description
+leaves things open: the Hamming distance is on binary presence
 vectors (the authors' code compares averaged one-hot vectors entry-wise); losses (``losses``) are ``all``
 (default: every client's training loss on the current global model, evaluated before selecting — a forward
 pass over all clients' data each round, as the authors ran it) or ``last`` (most recent known: all clients

@@ -14,9 +14,10 @@ Aggregation (``weighting``): the paper's global update averages the selected cli
 w_{t+1} = (1/m) Σ_{k∈S_t} w_k^{t+1}, since sampling already weights clients by p_k (``uniform``, default);
 ``samples`` is FedAvg's n_k-weighted mean.
 
-The candidate set size: the paper samples a candidate set of size d with m ≤ d ≤ K (its π_pow-d definition). Clust-PSI-PFL (Table II) tuned
-d ∈ {6, 8, 10, 16} and used d = 8, below m in every cell with K ≥ 32 at q = 0.5. ``small_d`` says what happens
-when d < m, checked when the strategy is built (before any run is created):
+The candidate set size: the paper samples a candidate set of size d with m ≤ d ≤ K (its π_pow-d
+definition). Clust-PSI-PFL (Table II) tuned d ∈ {6, 8, 10, 16} and used d = 8, below m = 25 and 50 in its
+K = 50 and K = 100 cells at q = 0.5. ``small_d`` says what happens when d < m, checked when the strategy is
+built (before any run is created):
 
 * ``error`` (default, the paper): a ConfigError naming d, m, q and K;
 * ``raise_d``: d_eff = m, so every candidate trains (selection is plain size-proportional sampling);

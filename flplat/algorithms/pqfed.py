@@ -4,7 +4,8 @@ Algorithms 1 and 2).
 Before round 1 (``init_state``, Algorithm 1): the server fits the public feature extractor M_p, a PCA with
 ``pca_components`` components on ``public_size`` rows of its public inputs (``FederationInfo.public_x``: the
 partition's public sample, else the global test inputs); every client projects its training data with M_p and
-releases it under Laplace ε-LDP (Eqs. 6-8, ``epsilon``; ``inf``: no noise) through ``ops.compute``; the server
+releases it with Laplace noise (Eqs. 6-8, ``epsilon``; ``inf``: no noise) through ``ops.compute`` — ε-LDP per
+coordinate, so a released d-dimensional row is d·ε-LDP by composition (see :mod:`flplat.maths.pqfed`); the server
 runs K-means (``num_clusters``) on the pooled noisy features, forms each client's histogram over the clusters and
 the EMD (Eq. 4, POT) between the ``target`` client's histogram and every other one, with the centroid distances
 as ground cost. The maths is in :mod:`flplat.maths.pqfed`.
@@ -15,9 +16,10 @@ Collaborators (``selection``): ``strict`` = clients with EMD ≤ ``strict_ratio`
 
 Training: the ``inner`` algorithm from the registry (``fedavg``, ``fedprox`` or ``feddyn``; its keys in
 ``inner_params``) runs on the target and its collaborators only, all of them every round (the paper's FL among
-the selected clients; for the inner algorithm the federation is that group: FedDyn's h divides by its size, not K). ``mode=incremental`` is Algorithm 2: the collaborators are ordered by EMD, closest first;
-stage i (``rounds_per_stage`` rounds) trains the target with the i-th client (``incremental_group=pair``, the
-paper's reading; ``cumulative``: with the i closest), starting from the previous stage's model; after each stage
+the selected clients; for the inner algorithm that group is the federation, ``Strategy.population``: FedDyn's h
+divides by its size, not by K). ``mode=incremental`` is Algorithm 2: the collaborators are ordered by EMD,
+closest first; stage i (``rounds_per_stage`` rounds) trains the target with the i-th client
+(``incremental_group=pair``, the paper's reading; ``cumulative``: with the i closest), starting from the previous stage's model; after each stage
 the target's accuracy on ``stop_split`` is compared with the best so far and, with ``incremental_stop``, training
 stops at the first decrease (the model is then the last one, as Algorithm 2 returns it, or the best one with
 ``incremental_return=best``); later rounds leave the model unchanged.
@@ -75,7 +77,7 @@ class PQFed(Strategy):
         lenient_ratio: float = 0.6
         inner: str = "fedavg"  # fedavg | fedprox | feddyn (registry name)
         inner_params: dict[str, Any] = field(default_factory=dict)  # the inner algorithm's keys, e.g. {mu: 0.01}
-        epsilon: float = 10.0  # LDP budget; inf: no noise
+        epsilon: float = 10.0  # LDP budget per coordinate (a d-dim row: d·ε); inf: no noise
         ldp_range: str = "public"  # public (clipped to the public features' range) | local (the client's range)
         pca_components: int = 50
         public_size: int = 500

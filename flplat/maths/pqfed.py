@@ -8,7 +8,10 @@ Framework"), as pure functions.
   range on the very data it perturbs, which makes the sensitivity itself data dependent; we default to a range
   fixed in advance from the *public* sample and clip every coordinate into it, so that ``s_j`` really bounds the
   change of one released coordinate (``range="public"``). ``range="local"`` is the paper's literal reading.
-  ε = ∞ releases the features unchanged.
+  ε = ∞ releases the features unchanged. The budget is ε **per coordinate**: each coordinate's noise is scaled
+  to that coordinate's own range, so one released record (a d-dimensional feature row) is protected by sequential
+  composition at d·ε (e.g. 500 with the paper's d = 50 PCA components and ε = 10; equivalently, the ℓ1
+  sensitivity of the whole row is Σ_j s_j, not s_j), and a client releasing n rows of related data spends more.
 * :func:`kmeans_histograms` -- server-side K-means M_k on the pooled noisy features and each client's histogram
   over the clusters (its "clustering distribution", §VI-D).
 * :func:`emd_to_target` -- Eq. 4: EMD (POT ``ot.emd2``) between the target's and every client's histogram with
@@ -59,9 +62,10 @@ def feature_range(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def laplace_ldp(z: np.ndarray, epsilon: float, rng: np.random.Generator, lo: np.ndarray | None = None,
                 hi: np.ndarray | None = None) -> np.ndarray:
-    """ε-LDP release of feature rows ``z`` (Eq. 6): clip coordinate j to ``[lo_j, hi_j]`` and add
-    ``Lap(0, (hi_j − lo_j) / ε)``. ``lo``/``hi`` None: the range of ``z`` itself (the paper's §V-D sensitivity; no
-    clipping is then needed). ``epsilon = inf``: ``z`` unchanged."""
+    """Laplace release of feature rows ``z`` (Eq. 6), ε-LDP per coordinate (a d-coordinate row: d·ε by
+    composition): clip coordinate j to ``[lo_j, hi_j]`` and add ``Lap(0, (hi_j − lo_j) / ε)``. ``lo``/``hi``
+    None: the range of ``z`` itself (the paper's §V-D sensitivity; no clipping is then needed).
+    ``epsilon = inf``: ``z`` unchanged."""
     z = np.asarray(z, dtype=np.float64)
     if math.isinf(epsilon):
         return z.copy()
