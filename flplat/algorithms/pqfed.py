@@ -19,10 +19,12 @@ Training: the ``inner`` algorithm from the registry (``fedavg``, ``fedprox`` or 
 the selected clients; for the inner algorithm that group is the federation, ``Strategy.population``: FedDyn's h
 divides by its size, not by K). ``mode=incremental`` is Algorithm 2: the collaborators are ordered by EMD,
 closest first; stage i (``rounds_per_stage`` rounds) trains the target with the i-th client
-(``incremental_group=pair``, the paper's reading; ``cumulative``: with the i closest), starting from the previous stage's model; after each stage
-the target's accuracy on ``stop_split`` is compared with the best so far and, with ``incremental_stop``, training
-stops at the first decrease (the model is then the last one, as Algorithm 2 returns it, or the best one with
-``incremental_return=best``); later rounds leave the model unchanged.
+(``incremental_group=pair``, the paper's reading; ``cumulative``: with the i closest), starting from the
+previous stage's model; after each stage the target's accuracy on ``stop_split`` is compared with the best so
+far and, with ``incremental_stop``, training stops at the first decrease (the model is then the last one, as
+Algorithm 2 returns it, or the best one with ``incremental_return=best``); later rounds leave the model
+unchanged. ``stop_split=val`` needs a validation split on the target and a target without a test split has no
+accuracy: both are ConfigErrors when the strategy is built.
 
 Logged every round: ``target_accuracy`` (the target's test accuracy with the model it uses), the number of
 collaborators, the EMD threshold; in incremental mode the stage, its client and that client's EMD. The EMD of
