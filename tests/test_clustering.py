@@ -30,7 +30,7 @@ def test_ties_pick_the_smallest_j_within_tolerance(monkeypatch):
     fake = {2: 0.4, 3: 0.7, 4: 0.7 + 1e-14, 5: 0.7 - 1e-9, 6: 0.1}
     import sklearn.metrics
 
-    monkeypatch.setattr(sklearn.metrics, "silhouette_score", lambda X, labels: fake[int(labels.max()) + 1])
+    monkeypatch.setattr(sklearn.metrics, "silhouette_score", lambda X, labels, **kw: fake[int(labels.max()) + 1])
     r = silhouette_kmeans(blobs([(0, 0), (5, 0), (0, 5)], n=3), k_max=6)
     assert r.scores == fake and r.k == 3  # 4 is higher by 1e-14 only: a tie, the smaller j wins
 
@@ -92,3 +92,17 @@ def test_kmeans_with_fixed_k_and_bad_inputs():
         silhouette_kmeans(np.array([[0.0], [np.nan], [1.0]]))
     with pytest.raises(ValueError, match="nonpositive"):
         silhouette_kmeans(np.zeros((4, 1)), nonpositive="bogus")
+
+
+def test_precomputed_distances_and_parallel_fits_give_the_same_search():
+    # the search reads one precomputed distance matrix; the silhouettes equal scikit-learn's on the raw rows, and
+    # fitting the candidates in worker processes (jobs) changes nothing
+    X = blobs([(0, 0), (4, 0), (0, 4), (4, 4)], n=6)
+    r = silhouette_kmeans(X, seed=3)
+    assert sorted(r.scores) == list(range(2, len(X)))
+    for j in (2, 4, 7):
+        labels, _ = kmeans(X, j, 3, 10)
+        assert r.scores[j] == pytest.approx(silhouette_score(X, labels), abs=1e-12)
+    p = silhouette_kmeans(X, seed=3, jobs=2)
+    assert p.k == r.k and p.scores == pytest.approx(r.scores, abs=1e-12)
+    np.testing.assert_array_equal(p.labels, r.labels)
