@@ -4,7 +4,9 @@ Descriptors are those the algorithm builds: label counts of K clients (200 sampl
 Dirichlet(alpha) label skew) -> [PSI_i, PSI_i,1..C] (C + 1 = 11 features) -> StandardScaler. Timed: only
 :func:`flplat.maths.clustering.silhouette_kmeans` with the algorithm's default config (``max_clusters`` = no cap,
 i.e. the paper's j = 2..K-1, ``silhouette_sample``, ``n_init``, ``search_jobs``), median over ``--repeats`` runs
-after one untimed warm-up (``--repeats 0``: a single timed run, no warm-up).
+after one untimed warm-up (``--repeats 0``: a single timed run, no warm-up). ``cpu_s`` is the process CPU time of
+the median run (with ``--jobs 1`` the search is single-threaded, so on a loaded machine it is the figure to
+compare; ``median_s`` is wall time).
 
     python tools/bench_clustering.py --clients 100 1000                      # the default: full scan
     python tools/bench_clustering.py --clients 100 1000 --n-init 1           # one K-means++ start per j
@@ -50,20 +52,22 @@ def main() -> None:
     k_max, sample = a.max_clusters or None, a.sample or None
     print(f"max_clusters={k_max} silhouette_sample={sample} n_init={a.n_init} jobs={a.jobs} C+1={a.classes + 1} "
           f"alpha={a.alpha} repeats={a.repeats}")
-    print(f"{'K':>6} {'median_s':>9} {'min_s':>7} {'tau':>4} {'silhouette':>10} candidates")
+    print(f"{'K':>6} {'median_s':>9} {'min_s':>7} {'cpu_s':>8} {'tau':>4} {'silhouette':>10} candidates")
     for K in a.clients:
         X = descriptors(K, a.classes, a.alpha, a.seed)
-        times = []
+        times, cpus = [], []
         for r in range(a.repeats + 1 if a.repeats else 1):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = silhouette_kmeans(X, k_max=k_max, n_init=a.n_init, subsample=sample,
                                     rng=np.random.default_rng(a.seed), jobs=a.jobs)
             if r or not a.repeats:  # the first run is the warm-up
                 times.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
         js = sorted(res.scores)
         span = f"{js[0]}..{js[-1]}" if js else "-"
-        print(f"{K:>6} {statistics.median(times):>9.3f} {min(times):>7.3f} {res.k:>4} {res.silhouette:>10.4f} {span}",
-              flush=True)
+        cpu = cpus[times.index(sorted(times)[(len(times) - 1) // 2])]
+        print(f"{K:>6} {statistics.median(times):>9.3f} {min(times):>7.3f} {cpu:>8.3f} {res.k:>4} "
+              f"{res.silhouette:>10.4f} {span}", flush=True)
 
 
 if __name__ == "__main__":
