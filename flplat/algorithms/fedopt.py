@@ -31,9 +31,9 @@ Choices where the sources leave room (all Config keys):
 
 Note: an adaptive step moves each weight by η·|m|/(√v + τ), of order η (from v = 0 the first ratio is
 (1−β1)/√(1−β2) = 1 with Table II's β's; Flower's bias correction then scales FedAdam's first step by
-√(1−0.99²)/(1−0.9²) ≈ 0.74 and its later steps towards √(1−β2^t)/(1−β1^t) → 1), so with Table II's η = 0.001
-FedYogi and FedAdam move the global model by ~1e-3 per weight per round and need many rounds, where FedAvg takes
-the full average update.
+√(1−0.99²)/(1−0.9²) ≈ 0.74 and step t by √(1−β2^(t+1))/(1−β1^(t+1)): ≈ 0.47 at t = 10, → 1 for large t), so
+with Table II's η = 0.001 FedYogi and FedAdam move the global model by ~1e-3 per weight per round and need many
+rounds, where FedAvg takes the full average update.
 """
 
 from __future__ import annotations
