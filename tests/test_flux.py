@@ -254,7 +254,8 @@ def test_recluster_warm_starts_each_new_cluster_from_the_nearest_previous_centro
 
 
 def test_flux_soft_weights_are_similarity_times_size_over_participants():
-    """App. D.3: client k's model is Σ_j s_kj n_j θ_j / Σ_j s_kj n_j, s_kj = exp(−‖d_k − d_j‖² / 2h²), s < threshold -> 0."""
+    """App. D.3: client k's model is Σ_j s_kj n_j θ_j / Σ_j s_kj n_j, s_kj = exp(−‖d_k − d_j‖² / 2h²) (0 below the
+    threshold)."""
     from types import SimpleNamespace
 
     from flplat.algorithms.base import ClientResult

@@ -291,3 +291,31 @@ def test_train_indices_are_each_clients_train_split_in_order(tiny_cfg):
     p = prepare(tiny_cfg())
     for k in range(p.data.num_clients):
         np.testing.assert_array_equal(p.strategy.info.train_indices(k), p.data.indices(k, "train"))
+
+
+def test_feddrift_default_rule_detects_a_loss_increase_not_an_absolute_loss():
+    """FedDrift's drift test (Algorithm 1): a client whose loss under its cluster's model rose by more than δ since it
+    was last scored gets a new cluster, even when another model fits it below δ (the `absolute` rule would not)."""
+    from types import SimpleNamespace
+
+    from flplat.algorithms.feddrift import FedDrift
+    from flplat.engine.state import ServerState
+
+    def after_select(cfg):
+        info = SimpleNamespace(num_clients=2, client_fraction=1.0, num_samples=np.array([10, 10]))
+        strat = FedDrift(cfg, info)
+        state = ServerState(clusters=torch.tensor([[0.0], [1.0]]), assignment=np.array([0, 1]))
+        state.extra = {"trained": np.array([True, True]), "last_loss": np.array([0.1, 0.05])}
+        loss = np.array([[0.9, 0.4],  # client 0: +0.8 > δ = 0.5 under its model 0; model 1 fits it at 0.4 < δ
+                         [0.9, 0.05]])  # client 1: unchanged
+        strat._scores = lambda state, ops, clients: loss
+        strat.select(state, np.random.default_rng(0), None)
+        return state
+
+    assert FedDrift.Config().drift_rule == "increase"
+    state = after_select(FedDrift.Config())
+    assert state.assignment[0] != state.assignment[1] and state.clusters.shape[0] == 2  # a new cluster for client 0
+    assert state.clusters[state.assignment[0]].tolist() == [1.0]  # started from its best model (model 1)
+    assert not state.extra["trained"][state.assignment[0]]
+    absolute = after_select(FedDrift.Config(drift_rule="absolute"))
+    assert absolute.assignment.tolist() == [0, 0] and absolute.clusters.shape[0] == 1  # joins model 1, no drift

@@ -108,3 +108,14 @@ def test_shift_config_errors():
     with pytest.raises(ConfigError, match="samples_per_client"):
         cfg = shift_cfg(**{"partition.samples_per_client": 100, "partition.num_unseen_clients": 2})
         build_federation(toy_dataset(), cfg, seed=0)
+
+
+@pytest.mark.parametrize("shift", ["concept_yx", "concept_xy"])
+def test_concept_shift_pool_holds_exactly_level_classes(shift):
+    """Table 9: the P(Y|X) swap pool and the P(X|Y) rotated-class set hold `level` classes (all clients share it)."""
+    for level in range(1, 9):
+        dists, which = distributions(shift, level, 10, 40, 5, np.random.default_rng(level))
+        pools = {tuple(sorted(a for a, _ in (d.label_map or d.class_rotation))) for d in dists}
+        assert len(pools) == 1 and len(next(iter(pools))) == level
+        if shift == "concept_yx":  # every client permutes exactly the pool's labels among themselves
+            assert all(sorted(b for _, b in d.label_map) == sorted(a for a, _ in d.label_map) for d in dists)
