@@ -275,8 +275,9 @@ def test_atp_test_time_weights_adapt_without_labels(tiny_cfg):
 
 
 @pytest.mark.parametrize("algo,key,value", [
-    ("ifca", "num_clusters", 0), ("ifca", "refresh", "some"), ("fesem", "init", "kmeans"), ("fesem", "em_iters", 0),
-    ("fedem", "num_components", 0), ("fedem", "aggregation", "mean"), ("fedrc", "prior_floor", 0),
+    ("ifca", "num_clusters", -1), ("ifca", "refresh", "some"), ("fesem", "init", "kmeans"), ("fesem", "em_iters", 0),
+    ("fedem", "num_components", -1), ("fedrc", "num_clusters", -1), ("fedem", "aggregation", "mean"),
+    ("fedrc", "prior_floor", 0),
     ("feddrift", "drift_rule", "relative"), ("feddrift", "merge_threshold", -1), ("pfedme", "lam", 0),
     ("pfedme", "weighting", "median"), ("apfl", "alpha", 1.5), ("atp", "grad_norm", "l2"), ("atp", "adapt_steps", 0),
 ])
@@ -319,3 +320,23 @@ def test_feddrift_default_rule_detects_a_loss_increase_not_an_absolute_loss():
     assert not state.extra["trained"][state.assignment[0]]
     absolute = after_select(FedDrift.Config(drift_rule="absolute"))
     assert absolute.assignment.tolist() == [0, 0] and absolute.clusters.shape[0] == 1  # joins model 1, no drift
+
+
+@pytest.mark.parametrize("algo,key", [("ifca", "num_clusters"), ("fesem", "num_clusters"), ("fedem", "num_components"),
+                                      ("fedrc", "num_clusters"), ("flux_prior", "num_clusters")])
+def test_zero_clusters_means_the_partitions_true_m(tiny_cfg, algo, key):
+    """Flux App. E.1 gives IFCA, FeSEM, FedEM and FedRC the true number of distributions M: key = 0 asks for it."""
+    from flplat.errors import ConfigError
+
+    shift = {"partition.name": "shift", "partition.shift_type": "label", "partition.shift_level": 6,
+             "partition.num_clients": 8, "partition.num_unseen_clients": 0, "partition.samples_per_client": 60}
+    p = prepare(tiny_cfg(**{"algorithm.name": algo, f"algorithm.{key}": 0, **shift}))
+    m = p.data.meta["num_distributions"]
+    assert m > 2 and getattr(p.strategy.cfg, key) == m
+    if algo not in ("fesem", "flux_prior"):  # FeSEM draws its centres from the first round's participants
+        state = p.strategy.init_state(p.init_weights, np.random.default_rng(0), None)
+        assert state.clusters.shape[0] == m
+    assert getattr(prepare(tiny_cfg(**{"algorithm.name": algo, f"algorithm.{key}": 5, **shift})).strategy.cfg,
+                   key) == 5
+    with pytest.raises(ConfigError, match=f"algorithm.{key}=0 asks for the partition's number of distributions"):
+        prepare(tiny_cfg(**{"algorithm.name": algo, f"algorithm.{key}": 0}))  # Dirichlet: no planted M

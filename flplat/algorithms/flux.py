@@ -42,7 +42,7 @@ Measured on the planted MNIST shifts in docs/results.md (Flux, "The knee").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -51,7 +51,7 @@ from scipy.spatial.distance import cdist
 from threadpoolctl import threadpool_limits
 
 from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy
+from flplat.algorithms.base import ClientPlan, ClusteredStrategy, true_m
 from flplat.engine.state import ServerState, derive_seed
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import fedavg, fedavg_by_group, stack
@@ -117,7 +117,7 @@ class Flux(ClusteredStrategy):
         dbscan_min_samples: int = 2
         knee: str = "kneedle"  # how the knee is found: kneedle (difference-curve max) | kneed (library) | gap
         no_knee: str = "max"  # eps when no knee is found: max | median of the nearest-other distances
-        num_clusters: int = 0  # kmeans: M; 0: the partition's true number of distributions (oracle), else 1
+        num_clusters: int = 0  # kmeans: M; 0: the partition's true number of distributions (error without one)
         kmeans_seed: int = 0
         kmeans_n_init: int = 10
         aggregation: str = "hard"  # hard: per-cluster FedAvg | soft: Flux-soft (descriptor-similarity weights)
@@ -155,6 +155,11 @@ class Flux(ClusteredStrategy):
         need(cfg.soft_bandwidth > 0, "soft_bandwidth", "a number > 0")
         need(0 <= cfg.soft_threshold < 1, "soft_threshold", "a number in [0, 1)")
         need(cfg.recluster_every >= 0, "recluster_every", "an integer >= 0 (0: cluster once)")
+
+    def __init__(self, cfg, info):
+        if cfg.clustering == "kmeans":
+            cfg = replace(cfg, num_clusters=true_m(cfg.num_clusters, info, "algorithm.num_clusters"))
+        super().__init__(cfg, info)
 
     # ---- state ----------------------------------------------------------------------------------
     def init_state(self, init_weights, rng, ops):
@@ -203,8 +208,7 @@ class Flux(ClusteredStrategy):
         cfg = self.cfg
         with threadpool_limits(limits=1):
             if cfg.clustering == "kmeans":
-                k = cfg.num_clusters or self.info.num_distributions or 1
-                k = int(min(k, len(np.unique(d, axis=0))))
+                k = int(min(cfg.num_clusters, len(np.unique(d, axis=0))))
                 return kmeans(d, k, cfg.kmeans_seed, cfg.kmeans_n_init)[0]
             res = adaptive_dbscan(d, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee, cfg.knee)
         state.extra["dbscan_eps"] = res.eps
