@@ -152,6 +152,9 @@ class ExperimentConfig:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     model: Any = field(default_factory=lambda: {"name": "mlp"})
     algorithm: Any = field(default_factory=lambda: {"name": "fedavg"})
+    # per-algorithm defaults a paper's config file carries, e.g. {ifca: {num_clusters: 0}}: applied when
+    # algorithm.name is that algorithm, under the keys the algorithm section sets itself (see apply_algorithm_defaults)
+    algorithm_defaults: Any = field(default_factory=dict)
     federation: FederationConfig = field(default_factory=FederationConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -313,8 +316,21 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
            "two numbers [a, b] with 0 <= a <= b")
 
     cfg.model = namespaced_section("model", names.models, cfg.model)
-    cfg.algorithm = namespaced_section("algorithm", names.algorithms, cfg.algorithm)
+    algorithm = apply_algorithm_defaults(cfg.algorithm_defaults, cfg.algorithm, names.algorithms)
+    cfg.algorithm = namespaced_section("algorithm", names.algorithms, algorithm)
     return cfg
+
+
+def apply_algorithm_defaults(defaults: Any, algorithm: Any, registry: dict) -> dict:
+    """The algorithm section with ``algorithm_defaults[algorithm.name]`` filled in under its own keys: one config
+    file serves every method of a comparison (Flux's grid gives IFCA, FeSEM, FedEM and FedRC the true M) while an
+    explicit ``algorithm.KEY`` still wins."""
+    per = OmegaConf.to_container(defaults) if isinstance(defaults, DictConfig) else dict(defaults or {})
+    algo = OmegaConf.to_container(algorithm) if isinstance(algorithm, DictConfig) else dict(algorithm or {})
+    for name, keys in per.items():
+        check_choice("algorithm_defaults key", name, registry)
+        check_range(isinstance(keys, dict), f"algorithm_defaults.{name}", keys, "a mapping of that algorithm's keys")
+    return {**per.get(algo.get("name"), {}), **algo}
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -340,3 +340,21 @@ def test_zero_clusters_means_the_partitions_true_m(tiny_cfg, algo, key):
                    key) == 5
     with pytest.raises(ConfigError, match=f"algorithm.{key}=0 asks for the partition's number of distributions"):
         prepare(tiny_cfg(**{"algorithm.name": algo, f"algorithm.{key}": 0}))  # Dirichlet: no planted M
+
+
+def test_algorithm_defaults_fill_the_chosen_algorithms_keys_under_explicit_ones():
+    """A Flux grid config gives IFCA & co. the true M through ``algorithm_defaults`` (configs/flux/)."""
+    from flplat.errors import ConfigError
+    from flplat.experiment import load_config
+
+    path = "configs/flux/table1/mnist_label_l5.yaml"
+    assert load_config(path, ["algorithm.name=ifca"]).algorithm.num_clusters == 0
+    assert load_config(path, ["algorithm.name=fedem"]).algorithm.num_components == 0
+    assert load_config(path, ["algorithm.name=ifca", "algorithm.num_clusters=4"]).algorithm.num_clusters == 4
+    assert load_config(path, ["algorithm.name=fedavg"]).algorithm.name == "fedavg"  # no defaults for it: no error
+    fm = "configs/flux/table1/fmnist_label_l5.yaml"
+    assert load_config(fm, ["algorithm.name=flux"]).algorithm.dbscan_scaling == 0.95  # App. D.2
+    with pytest.raises(ConfigError, match="algorithm_defaults key='ifcx'"):
+        load_config(None, ["algorithm_defaults.ifcx.num_clusters=0"])
+    with pytest.raises(ConfigError, match="unknown key algorithm.k "):
+        load_config(None, ["algorithm.name=ifca", "algorithm_defaults.ifca.k=0"])
