@@ -70,6 +70,7 @@ class PartitionConfig:
     num_unseen_clients: int = 0  # extra test-only clients drawn from the training clients' distributions
     samples_per_client: int = 0  # shift: samples dealt to each client before the shift (0: the pool split evenly)
     label_bank_size: int = 5  # shift_type=label: number of class sets in the bank
+    train_copies: int = 1  # shift: each training client's train split repeated this many times (Flux App. F.2)
     # cafa (CAFA §IV-B): share of IID clients; classes per non-IID client; relative client sizes
     iid_fraction: float = 0.5
     class_fraction_min: float = 0.2
@@ -268,6 +269,8 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
         check_range(p.samples_per_client >= 0, "partition.samples_per_client", p.samples_per_client,
                "an integer >= 0 (0: the pool split evenly)")
         check_range(p.label_bank_size >= 1, "partition.label_bank_size", p.label_bank_size, "an integer >= 1")
+    check_range(p.train_copies >= 1 and (p.train_copies == 1 or p.name == "shift"), "partition.train_copies",
+                p.train_copies, "an integer >= 1 (> 1 only with partition.name=shift)")
     check_range(0.0 <= p.iid_fraction <= 1.0, "partition.iid_fraction", p.iid_fraction, "a number in [0, 1]")
     check_range(0.0 < p.class_fraction_min <= 1.0, "partition.class_fraction_min", p.class_fraction_min,
            "a number in (0, 1]")
