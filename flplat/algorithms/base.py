@@ -179,7 +179,8 @@ class FederationInfo:
     public_x: torch.Tensor | None = None  # unlabeled public inputs the server may use (PQFed's public sample)
     rounds: int = 0  # federation.rounds (R), for schedules that depend on it (Flux's clustering start, Eq. 14)
     num_distributions: int = 0  # true M of a partition with planted distributions (shift); 0: unknown. Oracle
-    #                             knowledge: only "prior" variants (Flux-prior's K-means) may use it
+    #                             knowledge: only where asked for (Flux-prior's K-means; a baseline's M = 0 under
+    #                             Flux's protocol, App. E.1: see true_m)
     # ground truth known to the partition, for evaluation metrics only (never for a method's decisions):
     # which clients are IID under the `cafa` partition (CBCC's detection accuracy), else None
     true_iid: np.ndarray | None = None
