@@ -70,6 +70,7 @@ class PartitionConfig:
     num_unseen_clients: int = 0  # extra test-only clients drawn from the training clients' distributions
     samples_per_client: int = 0  # shift: samples dealt to each client before the shift (0: the pool split evenly)
     label_bank_size: int = 5  # shift_type=label: number of class sets in the bank
+    train_copies: int = 1  # shift: each training client's train split repeated this many times (Flux App. F.2)
     # cafa (CAFA §IV-B): share of IID clients; classes per non-IID client; relative client sizes
     iid_fraction: float = 0.5
     class_fraction_min: float = 0.2
@@ -152,6 +153,9 @@ class ExperimentConfig:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     model: Any = field(default_factory=lambda: {"name": "mlp"})
     algorithm: Any = field(default_factory=lambda: {"name": "fedavg"})
+    # per-algorithm defaults a paper's config file carries, e.g. {ifca: {num_clusters: 0}}: applied when
+    # algorithm.name is that algorithm, under the keys the algorithm section sets itself (see apply_algorithm_defaults)
+    algorithm_defaults: Any = field(default_factory=dict)
     federation: FederationConfig = field(default_factory=FederationConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -265,6 +269,8 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
         check_range(p.samples_per_client >= 0, "partition.samples_per_client", p.samples_per_client,
                "an integer >= 0 (0: the pool split evenly)")
         check_range(p.label_bank_size >= 1, "partition.label_bank_size", p.label_bank_size, "an integer >= 1")
+    check_range(p.train_copies >= 1 and (p.train_copies == 1 or p.name == "shift"), "partition.train_copies",
+                p.train_copies, "an integer >= 1 (> 1 only with partition.name=shift)")
     check_range(0.0 <= p.iid_fraction <= 1.0, "partition.iid_fraction", p.iid_fraction, "a number in [0, 1]")
     check_range(0.0 < p.class_fraction_min <= 1.0, "partition.class_fraction_min", p.class_fraction_min,
            "a number in (0, 1]")
@@ -313,8 +319,21 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
            "two numbers [a, b] with 0 <= a <= b")
 
     cfg.model = namespaced_section("model", names.models, cfg.model)
-    cfg.algorithm = namespaced_section("algorithm", names.algorithms, cfg.algorithm)
+    algorithm = apply_algorithm_defaults(cfg.algorithm_defaults, cfg.algorithm, names.algorithms)
+    cfg.algorithm = namespaced_section("algorithm", names.algorithms, algorithm)
     return cfg
+
+
+def apply_algorithm_defaults(defaults: Any, algorithm: Any, registry: dict) -> dict:
+    """The algorithm section with ``algorithm_defaults[algorithm.name]`` filled in under its own keys: one config
+    file serves every method of a comparison (Flux's grid gives IFCA, FeSEM, FedEM and FedRC the true M) while an
+    explicit ``algorithm.KEY`` still wins."""
+    per = OmegaConf.to_container(defaults) if isinstance(defaults, DictConfig) else dict(defaults or {})
+    algo = OmegaConf.to_container(algorithm) if isinstance(algorithm, DictConfig) else dict(algorithm or {})
+    for name, keys in per.items():
+        check_choice("algorithm_defaults key", name, registry)
+        check_range(isinstance(keys, dict), f"algorithm_defaults.{name}", keys, "a mapping of that algorithm's keys")
+    return {**per.get(algo.get("name"), {}), **algo}
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -8,7 +8,14 @@ import torch
 
 from flplat.errors import ConfigError
 from flplat.experiment import load_config, prepare, run
-from flplat.maths.clustering import adaptive_dbscan, dynamic_start, knee_eps, nearest_other_distances
+from flplat.maths.clustering import (
+    adaptive_dbscan,
+    dynamic_start,
+    gap_index,
+    knee_eps,
+    kneedle_index,
+    nearest_other_distances,
+)
 from flplat.maths.flux_descriptors import (
     DescriptorScaler,
     add_laplace,
@@ -80,6 +87,33 @@ def test_adaptive_dbscan_planted_groups_outlier_and_fallback():
     assert not two.knee_found and two.eps == pytest.approx(5.0) and two.labels.tolist() == [0, 0]
     assert knee_eps(np.array([1.0, 1.0, 1.0]), "median") == (1.0, False)
     assert adaptive_dbscan(np.ones((1, 2))).labels.tolist() == [0]
+
+
+# MNIST P(Y) level 8 (issue 11): seven dense nearest-other distances, then three far clients at the tail
+TAIL3 = np.array([0.59, 0.60, 0.63, 0.63, 0.68, 0.68, 0.84, 12.43, 12.50, 12.79])
+
+
+def test_kneedle_finds_the_dense_to_sparse_transition_with_several_far_points():
+    assert kneedle_index(TAIL3) == 6 and knee_eps(TAIL3) == (0.84, True)  # not the last point 12.79
+    flat2 = np.array([0.5] * 8 + [12.0, 12.0])  # kneed 0.8.5 and 0.9.0 disagree here
+    assert knee_eps(flat2) == (0.5, True) and knee_eps(flat2, rule="gap") == (0.5, True)
+    assert kneedle_index(np.array([1.0, 1.0, 4.0])) == 1  # hand-computed: x - y = (0, 0.5, 0)
+    assert kneedle_index(np.array([1.0, 2.0, 3.0])) is None  # a straight curve has no knee -> no_knee decides
+    assert knee_eps(np.array([1.0, 2.0, 3.0])) == (3.0, False)
+    assert gap_index(np.array([0.1, 0.2, 0.9, 1.0])) == 1
+    with pytest.raises(ValueError, match="rule"):
+        knee_eps(TAIL3, rule="nope")
+
+
+def test_adaptive_dbscan_keeps_groups_apart_when_the_tail_holds_several_outliers():
+    rng = np.random.default_rng(1)
+    groups = [rng.normal(c, 0.01, (3, 2)) for c in (0.0, 1.0)]
+    far = np.array([[20.0, 0.0], [20.0, 12.5], [20.0, -12.8]])  # nearest-other distances 12.5, 12.5, 12.8
+    res = adaptive_dbscan(np.concatenate(groups + [far]))
+    assert res.knee_found and res.eps < 1.0
+    assert res.labels.tolist() == [0, 0, 0, 1, 1, 1, 2, 3, 4]  # two groups, three singletons
+    legacy = adaptive_dbscan(np.concatenate(groups + [far]), knee="kneed")  # the library's offline knee: 12.8
+    assert legacy.eps > 12 and legacy.labels.max() == 1  # (both groups merged: the defect of issue 11)
 
 
 def test_dynamic_start_eq14():
@@ -217,3 +251,49 @@ def test_recluster_warm_starts_each_new_cluster_from_the_nearest_previous_centro
     assert state.assignment.tolist() == [0, 0, 1, 1]  # renumbered by first appearance
     assert state.clusters.tolist() == [[20.0, 20.0], [10.0, 10.0]]  # cluster 0 warm-starts from old cluster 1
     assert np.allclose(state.extra["centroids"][0], 0.95)
+
+
+def test_flux_soft_weights_are_similarity_times_size_over_participants():
+    """App. D.3: client k's model is Σ_j s_kj n_j θ_j / Σ_j s_kj n_j, s_kj = exp(−‖d_k − d_j‖² / 2h²) (0 below the
+    threshold)."""
+    from types import SimpleNamespace
+
+    from flplat.algorithms.base import ClientResult
+    from flplat.algorithms.flux import FluxSoft
+    from flplat.engine.state import ClientStore, ServerState
+
+    def personal_models(threshold):
+        strat = FluxSoft.__new__(FluxSoft)
+        strat.cfg, strat.info = FluxSoft.Config(soft_threshold=threshold), SimpleNamespace(num_clients=3)
+        state = ServerState(weights=torch.zeros(1))
+        state.extra = {"descriptors": np.array([[0.0], [1.0], [3.0]]), "bandwidth": 1.0}
+        state.personal = ClientStore(3, 1, torch.zeros(1))
+        results = [ClientResult(0, torch.tensor([0.0]), 1, 0.0), ClientResult(1, torch.tensor([1.0]), 3, 0.0)]
+        strat._soft_aggregate(state, results, np.array([0, 1]))
+        return [float(state.personal.get(k)[0]) for k in range(3)]
+
+    e5, e2, e45 = np.exp(-0.5), np.exp(-2.0), np.exp(-4.5)  # s for distances 1, 2, 3 (h = 1)
+    assert personal_models(0.01) == pytest.approx([3 * e5 / (1 + 3 * e5), 3 / (e5 + 3), 3 * e2 / (e45 + 3 * e2)],
+                                                  rel=1e-6)
+    assert personal_models(0.02)[2] == pytest.approx(1.0)  # s_20 = 0.011 < 0.02 dropped: only client 1 counts
+
+
+def test_test_phase_ensemble_weights_each_cluster_model_by_its_number_of_clients():
+    """App. F.2: methods without a test-time mechanism predict with Σ_c (n_c / Σ n) softmax(f(x; θ_c))."""
+    from types import SimpleNamespace
+
+    from flplat.engine.orchestrator import Orchestrator
+    from flplat.engine.state import ServerState
+
+    probs = {0.0: torch.tensor([[0.7, 0.3]]), 1.0: torch.tensor([[0.1, 0.9]])}  # model θ_c = [c]
+
+    class Ops:
+        def compute(self, requests, fn, split="train", seed=0):
+            return [(probs[float(w[0])], torch.tensor([0])) for _, w in requests]
+
+    state = ServerState(clusters=torch.tensor([[0.0], [1.0]]), assignment=np.array([0, 0, 0, 1]))
+    stub = SimpleNamespace(state=state, executor=Ops(), strategy=None, data=SimpleNamespace(num_clients=4))
+    # 3:1 -> (0.55, 0.45): class 0, right; equal weights would give (0.4, 0.6): class 1, wrong
+    assert Orchestrator._ensemble_accuracy(stub, [4]) == [1.0]
+    state.assignment = np.array([0, 1, 1, 1])  # 1:3 -> (0.25, 0.75): class 1
+    assert Orchestrator._ensemble_accuracy(stub, [4]) == [0.0]

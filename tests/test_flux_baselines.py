@@ -275,8 +275,9 @@ def test_atp_test_time_weights_adapt_without_labels(tiny_cfg):
 
 
 @pytest.mark.parametrize("algo,key,value", [
-    ("ifca", "num_clusters", 0), ("ifca", "refresh", "some"), ("fesem", "init", "kmeans"), ("fesem", "em_iters", 0),
-    ("fedem", "num_components", 0), ("fedem", "aggregation", "mean"), ("fedrc", "prior_floor", 0),
+    ("ifca", "num_clusters", -1), ("ifca", "refresh", "some"), ("fesem", "init", "kmeans"), ("fesem", "em_iters", 0),
+    ("fedem", "num_components", -1), ("fedrc", "num_clusters", -1), ("fedem", "aggregation", "mean"),
+    ("fedrc", "prior_floor", 0),
     ("feddrift", "drift_rule", "relative"), ("feddrift", "merge_threshold", -1), ("pfedme", "lam", 0),
     ("pfedme", "weighting", "median"), ("apfl", "alpha", 1.5), ("atp", "grad_norm", "l2"), ("atp", "adapt_steps", 0),
 ])
@@ -291,3 +292,69 @@ def test_train_indices_are_each_clients_train_split_in_order(tiny_cfg):
     p = prepare(tiny_cfg())
     for k in range(p.data.num_clients):
         np.testing.assert_array_equal(p.strategy.info.train_indices(k), p.data.indices(k, "train"))
+
+
+def test_feddrift_default_rule_detects_a_loss_increase_not_an_absolute_loss():
+    """FedDrift's drift test (Algorithm 1): a client whose loss under its cluster's model rose by more than δ since it
+    was last scored gets a new cluster, even when another model fits it below δ (the `absolute` rule would not)."""
+    from types import SimpleNamespace
+
+    from flplat.algorithms.feddrift import FedDrift
+    from flplat.engine.state import ServerState
+
+    def after_select(cfg):
+        info = SimpleNamespace(num_clients=2, client_fraction=1.0, num_samples=np.array([10, 10]))
+        strat = FedDrift(cfg, info)
+        state = ServerState(clusters=torch.tensor([[0.0], [1.0]]), assignment=np.array([0, 1]))
+        state.extra = {"trained": np.array([True, True]), "last_loss": np.array([0.1, 0.05])}
+        loss = np.array([[0.9, 0.4],  # client 0: +0.8 > δ = 0.5 under its model 0; model 1 fits it at 0.4 < δ
+                         [0.9, 0.05]])  # client 1: unchanged
+        strat._scores = lambda state, ops, clients: loss
+        strat.select(state, np.random.default_rng(0), None)
+        return state
+
+    assert FedDrift.Config().drift_rule == "increase"
+    state = after_select(FedDrift.Config())
+    assert state.assignment[0] != state.assignment[1] and state.clusters.shape[0] == 2  # a new cluster for client 0
+    assert state.clusters[state.assignment[0]].tolist() == [1.0]  # started from its best model (model 1)
+    assert not state.extra["trained"][state.assignment[0]]
+    absolute = after_select(FedDrift.Config(drift_rule="absolute"))
+    assert absolute.assignment.tolist() == [0, 0] and absolute.clusters.shape[0] == 1  # joins model 1, no drift
+
+
+@pytest.mark.parametrize("algo,key", [("ifca", "num_clusters"), ("fesem", "num_clusters"), ("fedem", "num_components"),
+                                      ("fedrc", "num_clusters"), ("flux_prior", "num_clusters")])
+def test_zero_clusters_means_the_partitions_true_m(tiny_cfg, algo, key):
+    """Flux App. E.1 gives IFCA, FeSEM, FedEM and FedRC the true number of distributions M: key = 0 asks for it."""
+    from flplat.errors import ConfigError
+
+    shift = {"partition.name": "shift", "partition.shift_type": "label", "partition.shift_level": 6,
+             "partition.num_clients": 8, "partition.num_unseen_clients": 0, "partition.samples_per_client": 60}
+    p = prepare(tiny_cfg(**{"algorithm.name": algo, f"algorithm.{key}": 0, **shift}))
+    m = p.data.meta["num_distributions"]
+    assert m > 2 and getattr(p.strategy.cfg, key) == m
+    if algo not in ("fesem", "flux_prior"):  # FeSEM draws its centres from the first round's participants
+        state = p.strategy.init_state(p.init_weights, np.random.default_rng(0), None)
+        assert state.clusters.shape[0] == m
+    assert getattr(prepare(tiny_cfg(**{"algorithm.name": algo, f"algorithm.{key}": 5, **shift})).strategy.cfg,
+                   key) == 5
+    with pytest.raises(ConfigError, match=f"algorithm.{key}=0 asks for the partition's number of distributions"):
+        prepare(tiny_cfg(**{"algorithm.name": algo, f"algorithm.{key}": 0}))  # Dirichlet: no planted M
+
+
+def test_algorithm_defaults_fill_the_chosen_algorithms_keys_under_explicit_ones():
+    """A Flux grid config gives IFCA & co. the true M through ``algorithm_defaults`` (configs/flux/)."""
+    from flplat.errors import ConfigError
+    from flplat.experiment import load_config
+
+    path = "configs/flux/table1/mnist_label_l5.yaml"
+    assert load_config(path, ["algorithm.name=ifca"]).algorithm.num_clusters == 0
+    assert load_config(path, ["algorithm.name=fedem"]).algorithm.num_components == 0
+    assert load_config(path, ["algorithm.name=ifca", "algorithm.num_clusters=4"]).algorithm.num_clusters == 4
+    assert load_config(path, ["algorithm.name=fedavg"]).algorithm.name == "fedavg"  # no defaults for it: no error
+    fm = "configs/flux/table1/fmnist_label_l5.yaml"
+    assert load_config(fm, ["algorithm.name=flux"]).algorithm.dbscan_scaling == 0.95  # App. D.2
+    with pytest.raises(ConfigError, match="algorithm_defaults key='ifcx'"):
+        load_config(None, ["algorithm_defaults.ifcx.num_clusters=0"])
+    with pytest.raises(ConfigError, match="unknown key algorithm.k "):
+        load_config(None, ["algorithm.name=ifca", "algorithm_defaults.ifca.k=0"])

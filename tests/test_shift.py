@@ -108,3 +108,34 @@ def test_shift_config_errors():
     with pytest.raises(ConfigError, match="samples_per_client"):
         cfg = shift_cfg(**{"partition.samples_per_client": 100, "partition.num_unseen_clients": 2})
         build_federation(toy_dataset(), cfg, seed=0)
+
+
+@pytest.mark.parametrize("shift", ["concept_yx", "concept_xy"])
+def test_concept_shift_pool_holds_exactly_level_classes(shift):
+    """Table 9: the P(Y|X) swap pool and the P(X|Y) rotated-class set hold `level` classes (all clients share it)."""
+    for level in range(1, 9):
+        dists, which = distributions(shift, level, 10, 40, 5, np.random.default_rng(level))
+        pools = {tuple(sorted(a for a, _ in (d.label_map or d.class_rotation))) for d in dists}
+        assert len(pools) == 1 and len(next(iter(pools))) == level
+        if shift == "concept_yx":  # every client permutes exactly the pool's labels among themselves
+            assert all(sorted(b for _, b in d.label_map) == sorted(a for a, _ in d.label_map) for d in dists)
+
+
+def test_train_copies_duplicate_each_training_clients_train_split_only():
+    """App. F.2: local datasets are duplicated as the number of clients grows (indices repeated; the pool is kept)."""
+    ds = toy_dataset()
+    one = build_federation(ds, shift_cfg(**{"partition.shift_type": "concept_xy", "partition.shift_level": 2}), seed=3)
+    cfg = shift_cfg(**{"partition.shift_type": "concept_xy", "partition.shift_level": 2, "partition.train_copies": 4})
+    four = build_federation(ds, cfg, seed=3)
+    assert torch.equal(one.x, four.x) and four.meta["train_copies"] == 4  # same pool, nothing copied
+    assert four.num_samples("train").tolist() == [4 * 36] * 6
+    for k in range(6):
+        np.testing.assert_array_equal(four.indices(k, "train"), np.tile(one.indices(k, "train"), 4))
+        for split in ("val", "test"):
+            np.testing.assert_array_equal(four.indices(k, split), one.indices(k, split))
+    for q in four.unseen_ids:
+        np.testing.assert_array_equal(four.indices(q, "test"), one.indices(q, "test"))
+    with pytest.raises(ConfigError, match="partition.train_copies"):
+        load_config(None, ["partition.train_copies=2"])  # Dirichlet: only the shift partition duplicates
+    with pytest.raises(ConfigError, match="partition.train_copies"):
+        shift_cfg(**{"partition.train_copies": 0})

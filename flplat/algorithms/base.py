@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from flplat.engine.state import ParamLayout, ServerState
+from flplat.errors import ConfigError
 
 
 @dataclass
@@ -178,7 +179,8 @@ class FederationInfo:
     public_x: torch.Tensor | None = None  # unlabeled public inputs the server may use (PQFed's public sample)
     rounds: int = 0  # federation.rounds (R), for schedules that depend on it (Flux's clustering start, Eq. 14)
     num_distributions: int = 0  # true M of a partition with planted distributions (shift); 0: unknown. Oracle
-    #                             knowledge: only "prior" variants (Flux-prior's K-means) may use it
+    #                             knowledge: only where asked for (Flux-prior's K-means; a baseline's M = 0 under
+    #                             Flux's protocol, App. E.1: see true_m)
     # ground truth known to the partition, for evaluation metrics only (never for a method's decisions):
     # which clients are IID under the `cafa` partition (CBCC's detection accuracy), else None
     true_iid: np.ndarray | None = None
@@ -325,6 +327,21 @@ class ClusteredStrategy(Strategy):
             return {}
         rows = "\n".join(f"{k},{int(c)}" for k, c in enumerate(state.assignment))
         return {"clustering/assignment.csv": "client,cluster\n" + rows + "\n"}
+
+
+TRUE_M = "0: the partition's true number of distributions M (Flux App. E.1)"
+
+
+def true_m(value: int, info: FederationInfo, key: str) -> int:
+    """A number of cluster models: ``value`` when > 0; ``0`` asks for the partition's true number of distributions M
+    (``info.num_distributions``), which Flux's protocol gives IFCA, FeSEM, FedEM and FedRC (App. E.1). A partition
+    without planted distributions has no M: a one-line ConfigError naming ``key``."""
+    if value > 0:
+        return int(value)
+    if info.num_distributions > 0:
+        return int(info.num_distributions)
+    raise ConfigError(f"{key}=0 asks for the partition's number of distributions M, but this partition has none; "
+                      "allowed: an integer >= 1, or 0 with partition.name=shift")
 
 
 def sample_uniform(num_clients: int, fraction: float, rng: np.random.Generator) -> np.ndarray:

@@ -27,13 +27,13 @@ table, ``global_accuracy`` and the cluster metrics use one model per client: the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
+from flplat.algorithms.base import TRUE_M, ClientPlan, ClusteredStrategy, sample_uniform, true_m
 from flplat.engine.state import ServerState, derive_seed
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import weighted_mean
@@ -69,22 +69,30 @@ def draw_components(q: torch.Tensor, rng: np.random.Generator) -> np.ndarray:
 @register
 class FedEM(ClusteredStrategy):
     name = "fedem"
+    m_key = "num_components"  # the config key holding M (FedRC: num_clusters)
 
     @dataclass(frozen=True)
     class Config:
-        num_components: int = 3  # M
+        num_components: int = 3  # M; 0: the partition's true M (Flux App. E.1)
         min_component_samples: int = 2  # a component with fewer drawn samples is not trained on that client
         aggregation: str = "samples"  # server weights of client t for component m: samples (n_t) | responsibility
         mixture_eval: bool = True  # log the mixture predictor's test accuracy each round (mixture_accuracy)
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
-        for key in ("num_components", "min_component_samples"):
-            if getattr(cfg, key) < 1:
-                raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: an integer >= 1")
+        if cfg.num_components < 0:
+            raise ConfigError(f"{section}.num_components={cfg.num_components!r} is out of range; "
+                              f"allowed: an integer >= 1, or {TRUE_M}")
+        if cfg.min_component_samples < 1:
+            raise ConfigError(f"{section}.min_component_samples={cfg.min_component_samples!r} is out of range; "
+                              "allowed: an integer >= 1")
         if cfg.aggregation not in AGGREGATIONS:
             raise ConfigError(f"{section}.aggregation={cfg.aggregation!r} is not valid; "
                               f"choose one of: {', '.join(AGGREGATIONS)}")
+
+    def __init__(self, cfg, info):
+        k = self.m_key
+        super().__init__(replace(cfg, **{k: true_m(getattr(cfg, k), info, f"algorithm.{k}")}), info)
 
     @property
     def num_models(self) -> int:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from flplat.algorithms import register
+from flplat.algorithms.base import TRUE_M
 from flplat.algorithms.fedem import AGGREGATIONS, FedEM
 from flplat.errors import ConfigError
 
@@ -39,10 +40,11 @@ from flplat.errors import ConfigError
 @register
 class FedRC(FedEM):
     name = "fedrc"
+    m_key = "num_clusters"
 
     @dataclass(frozen=True)
     class Config:
-        num_clusters: int = 3  # M
+        num_clusters: int = 3  # M; 0: the partition's true M (Flux App. E.1)
         min_component_samples: int = 2  # a cluster with fewer drawn samples is not trained on that client
         aggregation: str = "responsibility"  # responsibility (Σ_j γ_ijk) | samples (n_i)
         prior_floor: float = 1e-6  # lower bound of P(y; θ_k)
@@ -50,9 +52,12 @@ class FedRC(FedEM):
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
-        for key in ("num_clusters", "min_component_samples"):
-            if getattr(cfg, key) < 1:
-                raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: an integer >= 1")
+        if cfg.num_clusters < 0:
+            raise ConfigError(f"{section}.num_clusters={cfg.num_clusters!r} is out of range; allowed: an integer >= 1, "
+                              f"or {TRUE_M}")
+        if cfg.min_component_samples < 1:
+            raise ConfigError(f"{section}.min_component_samples={cfg.min_component_samples!r} is out of range; "
+                              "allowed: an integer >= 1")
         if cfg.aggregation not in AGGREGATIONS:
             raise ConfigError(f"{section}.aggregation={cfg.aggregation!r} is not valid; "
                               f"choose one of: {', '.join(AGGREGATIONS)}")

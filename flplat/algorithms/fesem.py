@@ -22,13 +22,13 @@ the largest cluster (the paper assumes full participation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy
+from flplat.algorithms.base import TRUE_M, ClientPlan, ClusteredStrategy, true_m
 from flplat.engine.state import ServerState, derive_seed
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack
@@ -61,16 +61,21 @@ class FeSEM(ClusteredStrategy):
 
     @dataclass(frozen=True)
     class Config:
-        num_clusters: int = 2  # K
+        num_clusters: int = 2  # K; 0: the partition's true M (Flux App. E.1)
         em_iters: int = 1  # E/M alternations per round on the participants' models
         init: str = "clients"  # clients: K random participants' models after round 1 | random
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
-        for key in ("num_clusters", "em_iters"):
-            if getattr(cfg, key) < 1:
-                raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: an integer >= 1")
+        if cfg.num_clusters < 0:
+            raise ConfigError(f"{section}.num_clusters={cfg.num_clusters!r} is out of range; allowed: an integer >= 1, "
+                              f"or {TRUE_M}")
+        if cfg.em_iters < 1:
+            raise ConfigError(f"{section}.em_iters={cfg.em_iters!r} is out of range; allowed: an integer >= 1")
         param_choice(section, cfg, "init", INITS)
+
+    def __init__(self, cfg, info):
+        super().__init__(replace(cfg, num_clusters=true_m(cfg.num_clusters, info, "algorithm.num_clusters")), info)
 
     def init_state(self, init_weights, rng, ops):
         state = ServerState(weights=init_weights.clone(), assignment=np.full(self.info.num_clients, -1, np.int64))

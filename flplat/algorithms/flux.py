@@ -11,7 +11,7 @@ latents (S3, Eq. 7), optional Laplace DP with ε = ``dp_epsilon`` (S4, App. C.2)
 :mod:`flplat.maths.flux_descriptors`, run client-side through ``ops.compute``. The server min-max scales each group of
 statistics (one scaler, fitted then and reused), clusters with the adaptive DBSCAN of App. D.2
 (:func:`flplat.maths.clustering.adaptive_dbscan`: knee of the sorted nearest-other-client distances ×
-``dbscan_scaling``, min_samples = 2, noise → singletons, ``no_knee`` when kneed finds no knee), and every cluster
+``dbscan_scaling``, min_samples = 2, noise → singletons, ``no_knee`` when no knee is found), and every cluster
 starts from the global model. Then each round is per-cluster FedAvg (Algorithm 1 l. 16–17). A client that was not in the
 clustering computes its descriptor with the descriptor model when it is first selected and joins the nearest
 centroid (Euclidean, full descriptor; Algorithm 1 l. 20–25).
@@ -30,11 +30,19 @@ clients re-clustered, and each new cluster warm-starts from the previous cluster
 Choices where the paper is open (config keys; SEED-NOTES "Flux"): σ is the diagonal standard deviation; a class
 with fewer than ``min_class_samples`` samples gets the scaled value ``missing_fill``; the PCA box is the paper's
 [m⁻, m⁺] (the authors' code uses [0, 1.02·max]); ``no_knee="max"`` (their code has no fallback).
+
+The knee (App. D.2: "the elbow point [...] which marks the transition from dense to sparse regions", found with
+kneed). ``knee="kneedle"`` (default) is Kneedle's own definition, the maximum of the difference curve (the point
+farthest below the chord of the sorted nearest-other distances), computed in flplat. The authors' call,
+kneed's offline ``KneeLocator(convex, increasing)``, is ``knee="kneed"``: whenever the tail holds two or more far
+points it returns the curve's last point (eps = the largest distance, one cluster: MNIST P(Y) levels 2 and 8),
+and kneed 0.8.5 and 0.9.0 disagree on such curves. ``knee="gap"`` takes the point before the largest jump.
+Measured on the planted MNIST shifts in docs/results.md (Flux, "The knee").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -43,11 +51,11 @@ from scipy.spatial.distance import cdist
 from threadpoolctl import threadpool_limits
 
 from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy
+from flplat.algorithms.base import ClientPlan, ClusteredStrategy, true_m
 from flplat.engine.state import ServerState, derive_seed
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import fedavg, fedavg_by_group, stack
-from flplat.maths.clustering import NO_KNEE_RULES, adaptive_dbscan, dynamic_start, kmeans
+from flplat.maths.clustering import KNEE_RULES, NO_KNEE_RULES, adaptive_dbscan, dynamic_start, kmeans
 from flplat.maths.flux_descriptors import (
     DescriptorScaler,
     add_laplace,
@@ -107,8 +115,9 @@ class Flux(ClusteredStrategy):
         clustering: str = "dbscan"  # dbscan (adaptive, App. D.2) | kmeans (Flux-prior)
         dbscan_scaling: float = 1.0  # eps = knee × scaling (paper: 1.0 MNIST/CIFAR-10, 0.95 FMNIST, 0.98 CIFAR-100)
         dbscan_min_samples: int = 2
-        no_knee: str = "max"  # eps when kneed finds no knee: max | median of the nearest-other distances
-        num_clusters: int = 0  # kmeans: M; 0: the partition's true number of distributions (oracle), else 1
+        knee: str = "kneedle"  # how the knee is found: kneedle (difference-curve max) | kneed (library) | gap
+        no_knee: str = "max"  # eps when no knee is found: max | median of the nearest-other distances
+        num_clusters: int = 0  # kmeans: M; 0: the partition's true number of distributions (error without one)
         kmeans_seed: int = 0
         kmeans_n_init: int = 10
         aggregation: str = "hard"  # hard: per-cluster FedAvg | soft: Flux-soft (descriptor-similarity weights)
@@ -138,6 +147,7 @@ class Flux(ClusteredStrategy):
         choice("clustering", CLUSTERINGS)
         need(cfg.dbscan_scaling > 0, "dbscan_scaling", "a number > 0")
         need(cfg.dbscan_min_samples >= 1, "dbscan_min_samples", "an integer >= 1")
+        choice("knee", KNEE_RULES)
         choice("no_knee", NO_KNEE_RULES)
         need(cfg.num_clusters >= 0, "num_clusters", "an integer >= 0 (0: the partition's true M)")
         need(cfg.kmeans_n_init >= 1, "kmeans_n_init", "an integer >= 1")
@@ -145,6 +155,11 @@ class Flux(ClusteredStrategy):
         need(cfg.soft_bandwidth > 0, "soft_bandwidth", "a number > 0")
         need(0 <= cfg.soft_threshold < 1, "soft_threshold", "a number in [0, 1)")
         need(cfg.recluster_every >= 0, "recluster_every", "an integer >= 0 (0: cluster once)")
+
+    def __init__(self, cfg, info):
+        if cfg.clustering == "kmeans":
+            cfg = replace(cfg, num_clusters=true_m(cfg.num_clusters, info, "algorithm.num_clusters"))
+        super().__init__(cfg, info)
 
     # ---- state ----------------------------------------------------------------------------------
     def init_state(self, init_weights, rng, ops):
@@ -193,10 +208,9 @@ class Flux(ClusteredStrategy):
         cfg = self.cfg
         with threadpool_limits(limits=1):
             if cfg.clustering == "kmeans":
-                k = cfg.num_clusters or self.info.num_distributions or 1
-                k = int(min(k, len(np.unique(d, axis=0))))
+                k = int(min(cfg.num_clusters, len(np.unique(d, axis=0))))
                 return kmeans(d, k, cfg.kmeans_seed, cfg.kmeans_n_init)[0]
-            res = adaptive_dbscan(d, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee)
+            res = adaptive_dbscan(d, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee, cfg.knee)
         state.extra["dbscan_eps"] = res.eps
         state.extra["knee_found"] = float(res.knee_found)
         return res.labels

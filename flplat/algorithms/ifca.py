@@ -19,12 +19,12 @@ estimate (clients never sampled use θ_1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
+from flplat.algorithms.base import TRUE_M, ClientPlan, ClusteredStrategy, sample_uniform, true_m
 from flplat.engine.state import ServerState, derive_seed
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg_by_group
@@ -46,14 +46,18 @@ class IFCA(ClusteredStrategy):
 
     @dataclass(frozen=True)
     class Config:
-        num_clusters: int = 2  # k
+        num_clusters: int = 2  # k; 0: the partition's true M (Flux App. E.1)
         refresh: str = "all"  # all: every client re-estimates its cluster after each round | participants
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
-        if cfg.num_clusters < 1:
-            raise ConfigError(f"{section}.num_clusters={cfg.num_clusters!r} is out of range; allowed: an integer >= 1")
+        if cfg.num_clusters < 0:
+            raise ConfigError(f"{section}.num_clusters={cfg.num_clusters!r} is out of range; allowed: an integer >= 1, "
+                              f"or {TRUE_M}")
         param_choice(section, cfg, "refresh", REFRESH)
+
+    def __init__(self, cfg, info):
+        super().__init__(replace(cfg, num_clusters=true_m(cfg.num_clusters, info, "algorithm.num_clusters")), info)
 
     def init_state(self, init_weights, rng, ops):
         clusters = random_models(init_weights, self.info.layout, self.cfg.num_clusters, rng)

@@ -28,6 +28,13 @@ Shift types and levels (``shift_level`` = the row of Table 9):
 
 The official test set is dropped (``x_global_test = None``): it belongs to none of the M distributions.
 Unseen clients hold all their samples in their ``test`` split (train and val empty).
+
+Scaling the number of clients (App. F.2): "to ensure sufficient training data per client, local datasets are
+duplicated based on the number of clients" (×2 at 25 clients, ×4 at 50, ×8 at 100; the factor for 1,200 clients is
+not stated). ``train_copies`` = c repeats each training client's train split c times — in index space, so the pool
+does not grow. Only the train split is repeated: repeating the validation and test splits would leave every
+accuracy unchanged (each sample counted c times) at c times the evaluation cost, and repeating before the split
+would put copies of one image in a client's train and test splits.
 """
 
 from __future__ import annotations
@@ -163,6 +170,7 @@ def build_shift_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedDa
     if shift not in SHIFT_TYPES:
         raise ConfigError(f"partition.shift_type={shift!r} is not valid; choose one of: {', '.join(SHIFT_TYPES)}")
     k, q = int(cfg.num_clients), int(cfg.num_unseen_clients)
+    copies = int(cfg.train_copies)
     colour_images = shift == "feature" and level >= 5
     if (shift in ("feature", "concept_xy")) and dataset.x_train.dim() != 4:
         raise ConfigError(f"partition.shift_type={shift!r} rotates images; data.name={dataset.name!r} is not an "
@@ -195,11 +203,14 @@ def build_shift_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedDa
         ys.append(y)
         bounds = np.cumsum([0] + [len(s) for s in splits]) + offset
         block = ClientSplit(*(np.arange(bounds[j], bounds[j + 1], dtype=np.int64) for j in range(3)))
+        if i < k and copies > 1:  # App. F.2: duplicate the local training data (indices; the pool does not grow)
+            block.train = np.tile(block.train, copies)
         (clients if i < k else unseen).append(block)
         offset += len(order)
     meta = {
         "partition": "shift", "shift_type": shift, "shift_level": level, "num_clients": k, "seed": int(seed),
-        "num_unseen_clients": q, "pool_samples": len(labels), "assigned_samples": int(sum(map(len, parts))),
+        "num_unseen_clients": q, "train_copies": copies, "pool_samples": len(labels),
+        "assigned_samples": int(sum(map(len, parts))),
         "distribution": which.astype(np.int64), "unseen_distribution": np.asarray(unseen_which, dtype=np.int64),
         "num_distributions": int(len(used)), "num_candidate_distributions": len(cands),
         "distributions": [repr(c) for c in cands],

@@ -154,6 +154,7 @@ def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol, job
 # ------------------------------------------------------------------------------------------- adaptive DBSCAN (Flux)
 
 NO_KNEE_RULES = ("max", "median")
+KNEE_RULES = ("kneedle", "kneed", "gap")
 
 
 @dataclass
@@ -177,28 +178,69 @@ def nearest_other_distances(X: np.ndarray) -> np.ndarray:
     return np.sort(d.min(axis=1))
 
 
-def knee_eps(curve: np.ndarray, no_knee: str = "max") -> tuple[float, bool]:
-    """(eps, found): the knee of the sorted curve by kneed (``curve="convex"``, ``direction="increasing"``), or,
-    when kneed finds none (fewer than 3 points, a straight or flat curve), the curve's max (``no_knee="max"``:
-    every point reaches its nearest neighbour, so clusters are the connected components of that graph) or median."""
+def kneedle_index(curve: np.ndarray) -> int | None:
+    """Index of the knee of an ascending convex curve by Kneedle's difference curve (Satopää et al., 2011, the
+    algorithm kneed implements): with x and y min-max normalised to [0, 1], the knee is the first arg max of
+    x − y, the point farthest below the chord from the first to the last point. None when no point lies below
+    the chord (fewer than 3 points, a flat or straight curve).
+
+    Unlike kneed's offline mode this takes the global maximum of the difference curve, without kneed's threshold
+    scan (which, when the tail holds two or more far points, returns the curve's last point, and whose result
+    changed between kneed 0.8.5 and 0.9.0)."""
+    c = np.asarray(curve, dtype=np.float64)
+    if len(c) < 3 or not c[-1] > c[0]:
+        return None
+    diff = np.linspace(0.0, 1.0, len(c)) - (c - c[0]) / (c[-1] - c[0])
+    i = int(np.argmax(diff))
+    return i if diff[i] > 1e-12 else None
+
+
+def gap_index(curve: np.ndarray) -> int | None:
+    """Index of the point before the largest jump of an ascending curve (the last dense point); None when the curve
+    has fewer than 3 points or is flat."""
+    c = np.asarray(curve, dtype=np.float64)
+    if len(c) < 3 or not c[-1] > c[0]:
+        return None
+    return int(np.argmax(np.diff(c)))
+
+
+def knee_eps(curve: np.ndarray, no_knee: str = "max", rule: str = "kneedle") -> tuple[float, bool]:
+    """(eps, found): the dense→sparse transition of the sorted curve (App. D.2) by ``rule``:
+
+    * ``kneedle`` (default): Kneedle's difference-curve maximum (:func:`kneedle_index`), computed here;
+    * ``kneed``: the kneed library's offline knee (``curve="convex"``, ``direction="increasing"``), as the
+      authors' code calls it; lands on the last point when the tail holds several far points (kept for comparison);
+    * ``gap``: the point before the largest jump (:func:`gap_index`).
+
+    When the rule finds none (fewer than 3 points, a straight or flat curve) eps is the curve's max
+    (``no_knee="max"``: every point reaches its nearest neighbour, so clusters are the connected components of that
+    graph) or median."""
     if no_knee not in NO_KNEE_RULES:
         raise ValueError(f"no_knee={no_knee!r}; choose one of: {', '.join(NO_KNEE_RULES)}")
+    if rule not in KNEE_RULES:
+        raise ValueError(f"rule={rule!r}; choose one of: {', '.join(KNEE_RULES)}")
+    curve = np.asarray(curve, dtype=np.float64)
     knee = None
-    if len(curve) >= 3 and curve[-1] > curve[0]:
-        from kneed import KneeLocator
+    if rule == "kneed":
+        if len(curve) >= 3 and curve[-1] > curve[0]:
+            from kneed import KneeLocator
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # kneed warns when it finds no knee
-            loc = KneeLocator(np.arange(len(curve)), curve, curve="convex", direction="increasing")
-        knee = loc.knee_y if loc.knee is not None else None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # kneed warns when it finds no knee
+                loc = KneeLocator(np.arange(len(curve)), curve, curve="convex", direction="increasing")
+            knee = loc.knee_y if loc.knee is not None else None
+    else:
+        i = kneedle_index(curve) if rule == "kneedle" else gap_index(curve)
+        knee = None if i is None else curve[i]
     if knee is not None:
         return float(knee), True
     return float(np.max(curve) if no_knee == "max" else np.median(curve)), False
 
 
-def adaptive_dbscan(X: np.ndarray, scaling: float = 1.0, min_samples: int = 2, no_knee: str = "max"
-                    ) -> AdaptiveDBSCAN:
-    """Flux's clustering U (App. D.2): eps = knee of the sorted nearest-other-point distances × ``scaling``,
+def adaptive_dbscan(X: np.ndarray, scaling: float = 1.0, min_samples: int = 2, no_knee: str = "max",
+                    knee: str = "kneedle") -> AdaptiveDBSCAN:
+    """Flux's clustering U (App. D.2): eps = knee (by ``knee``, see :func:`knee_eps`) of the sorted
+    nearest-other-point distances × ``scaling``,
     scikit-learn ``DBSCAN(eps, min_samples)``, noise points turned into singleton clusters. One row -> one cluster;
     eps = 0 (duplicate rows) is raised to the smallest positive float so identical rows still group."""
     from sklearn.cluster import DBSCAN
@@ -209,7 +251,7 @@ def adaptive_dbscan(X: np.ndarray, scaling: float = 1.0, min_samples: int = 2, n
     if len(X) == 1:
         return AdaptiveDBSCAN(np.zeros(1, dtype=np.int64), 0.0, False, np.zeros(0))
     curve = nearest_other_distances(X)
-    eps, found = knee_eps(curve, no_knee)
+    eps, found = knee_eps(curve, no_knee, knee)
     # the knee point's own distance is eps: nudge eps up (relative 1e-9) so rounding in scikit-learn's distance
     # computation does not drop the knee point from its neighbourhood
     eps = max(eps * float(scaling) * (1 + 1e-9), np.finfo(np.float64).tiny)
