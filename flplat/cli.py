@@ -30,8 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run one experiment from a YAML config with dotted overrides",
                        description="Run one federated experiment and track it in MLflow.", epilog=EPILOG_RUN,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("config", help="YAML config file, e.g. configs/quickstart.yaml")
+    r.add_argument("config", nargs="?", help="YAML config file, e.g. configs/quickstart.yaml (none with --resume)")
     r.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+    r.add_argument("--resume", metavar="RUN_ID", default=None,
+                   help="continue an unfinished (KILLED / FAILED / stale RUNNING) run from its last checkpoint, "
+                        "in the same MLflow run; only tracking.* overrides (e.g. tracking.store_dir) are allowed")
+    r.add_argument("--force", action="store_true", help="with --resume: even if the run still shows a heartbeat")
     r.add_argument("--no-progress", action="store_true", help="no progress display")
     r.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
 
@@ -105,6 +109,14 @@ def _parser() -> argparse.ArgumentParser:
     npl.add_argument("--data-root", default=None)
     npl.add_argument("--out", default="noniid.png", help="output image (default noniid.png)")
 
+    rs = sub.add_parser("runs", help="list runs left RUNNING by a kill or power cut (--stale), and mark them",
+                        description="Find RUNNING runs whose heartbeat stopped (SIGKILL, power cut, lost node). "
+                                    "Resume one with `flplat run --resume RUN_ID`.")
+    rs.add_argument("--stale", action="store_true", required=True, help="list stale RUNNING runs")
+    rs.add_argument("--mark", action="store_true", help="end them as KILLED (tag flplat.stale=true)")
+    rs.add_argument("--experiment", default=None, help="only this experiment (default: all)")
+    rs.add_argument("--store-dir", default="mlruns")
+
     sub.add_parser("list", help="list datasets, partitions, models and algorithms",
                    description="List the registered datasets, partitions, models and algorithms.")
     return p
@@ -114,6 +126,10 @@ def cmd_run(args) -> int:
     from flplat.config import to_yaml
     from flplat.experiment import load_config
 
+    if args.resume:
+        return _resume(args)
+    if args.config is None:
+        raise ConfigError("flplat run needs a config file (e.g. configs/quickstart.yaml) or --resume RUN_ID")
     cfg = load_config(args.config, args.overrides)
     if args.print_config:
         print(to_yaml(cfg), end="")
@@ -129,10 +145,31 @@ def cmd_run(args) -> int:
     return rc
 
 
-def _run_and_report(cfg, args) -> int:
+def _resume(args) -> int:
+    from flplat.experiment import resume_checkpoint
+    from flplat.tracking.runs import HEARTBEAT_INTERVAL_TAG, HEARTBEAT_TAG, store_uris
+
+    overrides = ([args.config] if args.config else []) + list(args.overrides)  # no config file with --resume
+    cfg, data = resume_checkpoint(args.resume, overrides)
+    if cfg.tracking.enabled and not args.force:
+        import time
+
+        from mlflow.tracking import MlflowClient
+
+        uri, _ = store_uris(cfg.tracking.uri, cfg.tracking.store_dir)
+        run = MlflowClient(tracking_uri=uri).get_run(args.resume)
+        beat, interval = run.data.tags.get(HEARTBEAT_TAG), float(run.data.tags.get(HEARTBEAT_INTERVAL_TAG, 30))
+        if run.info.status == "RUNNING" and beat and time.time() - float(beat) < 2 * interval + 10:
+            raise ConfigError(f"--resume={args.resume}: the run is still alive (heartbeat {time.time() - float(beat):.0f}"
+                              " s ago); allowed: a KILLED / FAILED / stale run, or add --force")
+    print(f"flplat: resuming run {args.resume} after round {data['round']}", file=sys.stderr)
+    return _run_and_report(cfg, args, resume=data)
+
+
+def _run_and_report(cfg, args, resume=None) -> int:
     from flplat.experiment import run
 
-    summary, run_id = run(cfg, progress=not args.no_progress)
+    summary, run_id = run(cfg, progress=not args.no_progress, resume=resume)
     from flplat.engine.sharding import is_main_process
 
     if not is_main_process():
@@ -261,6 +298,34 @@ def cmd_noniid_plot(args) -> int:
     return 0
 
 
+def cmd_runs(args) -> int:
+    from mlflow.tracking import MlflowClient
+
+    from flplat.tracking.runs import HEARTBEAT_TAG, stale_runs, store_uris
+
+    uri, _ = store_uris(None, args.store_dir)
+    client = MlflowClient(tracking_uri=uri)
+    if args.experiment:
+        exp = client.get_experiment_by_name(args.experiment)
+        if exp is None:
+            raise ConfigError(f"--experiment={args.experiment!r} does not exist in {uri}")
+        ids = [exp.experiment_id]
+    else:
+        ids = [e.experiment_id for e in client.search_experiments()]
+    runs = stale_runs(client, ids)
+    import time
+
+    for r in runs:
+        beat = r.data.tags.get(HEARTBEAT_TAG)
+        age = f"{time.time() - float(beat):.0f} s" if beat else "never"
+        print(f"{r.info.run_id}  {r.info.run_name or '-':30s}  last heartbeat: {age}")
+        if args.mark:
+            client.set_tag(r.info.run_id, "flplat.stale", "true")
+            client.set_terminated(r.info.run_id, "KILLED")
+    print(f"{len(runs)} stale run(s)" + (" marked KILLED" if args.mark and runs else ""), file=sys.stderr)
+    return 0
+
+
 def cmd_list(args) -> int:
     from flplat.algorithms import ALGORITHMS
     from flplat.data.datasets import DATASETS
@@ -282,9 +347,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handler = {"run": cmd_run, "partition-stats": cmd_partition_stats, "ui": cmd_ui, "list": cmd_list,
-               "tune": cmd_tune, "sweep": cmd_sweep, "table": cmd_table, "noniid-plot": cmd_noniid_plot}[args.command]
+               "tune": cmd_tune, "sweep": cmd_sweep, "table": cmd_table, "noniid-plot": cmd_noniid_plot,
+               "runs": cmd_runs}[args.command]
+    from flplat.errors import Terminated, TrackingStoreError
+
+    previous = _on_sigterm()
     try:
         return handler(args)
+    except TrackingStoreError as e:
+        print(f"flplat: error: {e}", file=sys.stderr)
+        return 1
+    except Terminated:
+        print("flplat: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except ConfigError as e:
         from flplat.engine.sharding import is_main_process
 
@@ -294,6 +369,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("flplat: interrupted", file=sys.stderr)
         return 130
+    finally:
+        _restore_sigterm(previous)
+
+
+def _on_sigterm():
+    """SIGTERM (kill, timeout, SLURM preemption) raises :class:`~flplat.errors.Terminated` (a KeyboardInterrupt)
+    in the main thread, so a run ends like Ctrl-C: KILLED, artifacts and a checkpoint written, exit 143."""
+    import signal
+    import threading
+
+    from flplat.errors import Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        import signal
+
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,12 @@ class TrackingConfig:
     store_dir: str = "mlruns"
     plots: bool = True
     parent_run_id: str | None = None  # nest this run under another (seed sweeps, tuning studies)
+    # checkpoints (flplat/engine/checkpoint.py): every n rounds (0: none), in checkpoint_dir (None: beside the
+    # store, <store>/checkpoints/<run id>.pt); a FINISHED run's checkpoint is removed unless keep_checkpoint
+    checkpoint_every: int = 1
+    checkpoint_dir: str | None = None
+    keep_checkpoint: bool = False
+    heartbeat_s: float = 30.0  # the run's flplat.heartbeat tag is refreshed this often (flplat runs --stale)
 
 
 @dataclass
@@ -302,6 +308,12 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_choice("fabric.precision", str(fb.precision), PRECISIONS)
     check_range(fb.num_nodes >= 1, "fabric.num_nodes", fb.num_nodes, "an integer >= 1")
     check_range(fb.num_threads >= 0, "fabric.num_threads", fb.num_threads, "an integer >= 0 (0: torch's default)")
+
+    tr = cfg.tracking
+    check_range(tr.checkpoint_every >= 0, "tracking.checkpoint_every", tr.checkpoint_every,
+                "an integer >= 0 (0: no checkpoints)")
+    check_range(tr.heartbeat_s > 0 and math.isfinite(tr.heartbeat_s), "tracking.heartbeat_s", tr.heartbeat_s,
+                "a finite number of seconds > 0")
 
     mc = cfg.metrics
     check_choice("metrics.accuracy_key", mc.accuracy_key, ("mean_local_accuracy", "global_accuracy"))

@@ -160,8 +160,10 @@ class ProgressCallback(Callback):
         self.bar.close()
 
 
-def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True) -> tuple[RunSummary, str | None]:
-    """Run the experiment; returns the summary and the MLflow run id (None when tracking is off)."""
+def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True,
+        resume: dict | None = None) -> tuple[RunSummary, str | None]:
+    """Run the experiment; returns the summary and the MLflow run id (None when tracking is off). ``resume``: a
+    checkpoint payload (:func:`resume_checkpoint`) to continue in its MLflow run after its round."""
     p = prepare(cfg)
     cbs = list(callbacks)
     tracker = None
@@ -174,11 +176,45 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
         tracker = MlflowCallback(cfg.tracking, flatten(cfg), to_yaml(cfg), p.partition_metrics,
                                  p.data.label_counts("all"), sizes)
+        if resume is not None:
+            tracker.resume_run_id = resume["meta"]["run_id"]
         cbs.insert(0, tracker)
+        if int(cfg.tracking.checkpoint_every) > 0:  # before the tracker: a round is saved before it is logged
+            from flplat.engine.checkpoint import CheckpointCallback
+            from flplat.tracking.runs import checkpoint_dir
+
+            cbs.insert(0, CheckpointCallback(checkpoint_dir(cfg.tracking), int(cfg.tracking.checkpoint_every),
+                                             bool(cfg.tracking.keep_checkpoint)))
     f = cfg.federation
     executor = make_executor(p.trainer, p.data, int(cfg.seed), bool(f.vectorize), int(f.vectorize_group))
     orch = Orchestrator(p.strategy, executor, p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs,
                         int(cfg.federation.accuracy_window), metrics_cfg=cfg.metrics)
-    summary = orch.run(p.init_weights)
+    orch.meta["config_yaml"] = to_yaml(cfg)
+    summary = orch.run(p.init_weights, resume=resume)
     return summary, (tracker.run_id if tracker else None)
+
+
+def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictConfig, dict]:
+    """The config and checkpoint payload to continue MLflow run ``run_id`` (``flplat run --resume``).
+
+    The checkpoint is looked up where this config would write it (``tracking.*`` overrides, e.g.
+    ``tracking.store_dir``, say where); the experiment's own config comes from the checkpoint, so only
+    ``tracking.*`` keys may be overridden (anything else would not continue the same run)."""
+    from flplat.engine import checkpoint
+    from flplat.tracking.runs import checkpoint_path
+
+    bad = [o for o in overrides if not o.split("=", 1)[0].strip().startswith("tracking.")]
+    if bad:
+        raise ConfigError(f"{bad[0]!r}: only tracking.* keys may be overridden with --resume (the run continues "
+                          "with the config it started with)")
+    where = load_config(None, overrides).tracking
+    path = checkpoint_path(where, run_id)
+    if not path.is_file():
+        raise ConfigError(f"--resume={run_id!r}: no checkpoint {path}; allowed: the id of an unfinished run "
+                          f"with tracking.checkpoint_every > 0 (set tracking.store_dir / checkpoint_dir to its store)")
+    data = checkpoint.load(path)
+    base = OmegaConf.create(data["meta"]["config_yaml"])
+    cfg = validate(OmegaConf.merge(parse_config(None, ()), base,
+                                   OmegaConf.from_dotlist(list(overrides))), registries())
+    return cfg, data

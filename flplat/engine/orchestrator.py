@@ -162,21 +162,35 @@ class Orchestrator:
         self.accuracy_window = accuracy_window
         self.final_metrics: dict[str, float] = {}
         self.final_series: dict[str, list[tuple[int, float]]] = {}
+        self.rng: np.random.Generator | None = None  # the server RNG (client sampling, strategy randomness)
+        self.meta: dict[str, object] = {}  # run identity callbacks share and checkpoints keep (e.g. the MLflow run id)
+        self.start_round = 1  # > 1 when resumed from a checkpoint (flplat.engine.checkpoint)
+        self.completed_round = 0  # last round whose server state is complete (0: none; None: inside a round)
 
     def _bytes(self, t: torch.Tensor | None) -> int:
         return 0 if t is None else t.numel() * t.element_size()
 
-    def run(self, init_weights: torch.Tensor) -> RunSummary:
+    def run(self, init_weights: torch.Tensor, resume: dict | None = None) -> RunSummary:
+        """Run rounds 1..T, or, with ``resume`` (a checkpoint payload, :mod:`flplat.engine.checkpoint`), continue
+        after the checkpoint's round from its server state, strategy state, RNGs and history."""
         strategy, ex = self.strategy, self.executor
-        rng = np.random.default_rng(derive_seed(self.seed, "server"))
-        self.state = strategy.init_state(init_weights, rng, ex)
+        rng = self.rng = np.random.default_rng(derive_seed(self.seed, "server"))
+        if resume is not None:
+            from flplat.engine.checkpoint import restore
+
+            self.start_round = restore(self, resume) + 1
+        else:
+            self.state = strategy.init_state(init_weights, rng, ex)
+        self.completed_round = self.start_round - 1
         for cb in self.callbacks:
             cb.on_start(self)
         status = "FAILED"
         try:
-            for t in range(1, self.rounds + 1):
+            for t in range(self.start_round, self.rounds + 1):
+                self.completed_round = None
                 self.state.round = t
                 self.history.append(self._round(t, rng))
+                self.completed_round = t
                 for cb in self.callbacks:
                     cb.on_round_end(self, t, self.history[-1])
             self._summarize_curve()
@@ -186,6 +200,9 @@ class Orchestrator:
             status = "FINISHED"
         except KeyboardInterrupt:
             status = "KILLED"
+            raise
+        except Exception as e:
+            self.meta["error"] = (str(e).strip().splitlines() or [type(e).__name__])[0][:500]
             raise
         finally:
             for cb in self.callbacks:
