@@ -160,8 +160,9 @@ def _resume(args) -> int:
         run = MlflowClient(tracking_uri=uri).get_run(args.resume)
         beat, interval = run.data.tags.get(HEARTBEAT_TAG), float(run.data.tags.get(HEARTBEAT_INTERVAL_TAG, 30))
         if run.info.status == "RUNNING" and beat and time.time() - float(beat) < 2 * interval + 10:
-            raise ConfigError(f"--resume={args.resume}: the run is still alive (heartbeat {time.time() - float(beat):.0f}"
-                              " s ago); allowed: a KILLED / FAILED / stale run, or add --force")
+            age = time.time() - float(beat)
+            raise ConfigError(f"--resume={args.resume}: the run is still alive (heartbeat {age:.0f} s ago); "
+                              "allowed: a KILLED / FAILED / stale run, or add --force")
     print(f"flplat: resuming run {args.resume} after round {data['round']}", file=sys.stderr)
     return _run_and_report(cfg, args, resume=data)
 
