@@ -83,9 +83,9 @@ def restore(orch: Orchestrator, data: dict[str, Any]) -> int:
 
 class CheckpointCallback(Callback):
     """Saves ``<directory>/<run id>.pt`` every ``every`` rounds (and the last round); placed before the tracker
-    so a round is checkpointed before it is logged. On KILLED it saves the last completed round when that is newer than the
-    last checkpoint; on FINISHED it removes the file unless ``keep``; on FAILED it keeps it (resume after the
-    cause is fixed)."""
+    so a round is checkpointed before it is logged. On KILLED it saves the last completed round when that is
+    newer than the last checkpoint; on FINISHED it removes the file unless ``keep``; on FAILED it keeps it
+    (resume after the cause is fixed)."""
 
     def __init__(self, directory: str | Path, every: int, keep: bool = False):
         self.directory = Path(directory)
