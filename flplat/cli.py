@@ -350,12 +350,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {"run": cmd_run, "partition-stats": cmd_partition_stats, "ui": cmd_ui, "list": cmd_list,
                "tune": cmd_tune, "sweep": cmd_sweep, "table": cmd_table, "noniid-plot": cmd_noniid_plot,
                "runs": cmd_runs}[args.command]
-    from flplat.errors import Terminated, TrackingStoreError
+    from flplat.errors import RunFailed, Terminated
 
     previous = _on_sigterm()
     try:
         return handler(args)
-    except TrackingStoreError as e:
+    except RunFailed as e:  # tracking store lost, training diverged: one line, the run ended FAILED
         print(f"flplat: error: {e}", file=sys.stderr)
         return 1
     except Terminated:

@@ -93,6 +93,16 @@ class OptimizerConfig:
 
 
 @dataclass
+class FailuresConfig:
+    """Simulated client failures per round (flplat/engine/failures.py); seeded from the root seed and the round."""
+
+    dropout: float = 0.0  # probability a sampled client never reports
+    straggler: float = 0.0  # probability a client completes only x of its E local epochs, x uniform in 1..E
+    straggler_policy: str = "partial"  # partial: aggregate the inexact update (FedProx) | drop: discard it
+    corrupt: float = 0.0  # probability a client's update is NaN/Inf (rejected and counted, never averaged)
+
+
+@dataclass
 class FederationConfig:
     """The round loop: T rounds, client fraction q, E local epochs."""
 
@@ -108,6 +118,7 @@ class FederationConfig:
     client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM)
     vectorize: bool = False  # train clients in vmap groups (flplat/engine/vectorized.py); falls back per client, logged
     vectorize_group: int = 0  # max clients per vmap group; 0: all of a round's (same lr / trainable) clients
+    failures: FailuresConfig = field(default_factory=FailuresConfig)
 
 
 @dataclass
@@ -296,6 +307,9 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_range(f.eval_batch_size >= 1, "federation.eval_batch_size", f.eval_batch_size, "an integer >= 1")
     check_range(f.vectorize_group >= 0, "federation.vectorize_group", f.vectorize_group,
                 "an integer >= 0 (0: no limit)")
+    for k in ("dropout", "straggler", "corrupt"):
+        check_range(0.0 <= f.failures[k] <= 1.0, f"federation.failures.{k}", f.failures[k], "a probability in [0, 1]")
+    check_choice("federation.failures.straggler_policy", f.failures.straggler_policy, ("partial", "drop"))
     check_choice("federation.optimizer.name", f.optimizer.name, OPTIMIZERS)
     check_choice("federation.client_state_dtype", f.client_state_dtype, ("float32", "float16"))
     check_range(f.optimizer.lr > 0, "federation.optimizer.lr", f.optimizer.lr, "a number > 0")

@@ -20,7 +20,11 @@ class Terminated(KeyboardInterrupt):
     (KILLED, artifacts and a checkpoint written); the CLI exits 143."""
 
 
-class TrackingStoreError(RuntimeError):
+class RunFailed(RuntimeError):
+    """A run that cannot go on (one-line reason): the MLflow run ends FAILED, the CLI prints the line, exit 1."""
+
+
+class TrackingStoreError(RunFailed):
     """The tracking store failed mid-run (one-line reason); the run ends FAILED."""
 
 

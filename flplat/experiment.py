@@ -190,6 +190,9 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     orch = Orchestrator(p.strategy, executor, p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs,
                         int(cfg.federation.accuracy_window), metrics_cfg=cfg.metrics)
+    from flplat.engine.failures import FailureModel
+
+    orch.failures = FailureModel(cfg.federation.failures, int(cfg.seed), int(cfg.federation.local_epochs))
     orch.meta["config_yaml"] = to_yaml(cfg)
     summary = orch.run(p.init_weights, resume=resume)
     return summary, (tracker.run_id if tracker else None)

@@ -18,6 +18,7 @@ import torch
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, Strategy
 from flplat.data.containers import FederatedData
 from flplat.engine.client import ClientTrainer
+from flplat.engine.failures import Diverged, reject_nonfinite
 from flplat.engine.state import ServerState, derive_seed
 from flplat.metrics.curves import curve_summary
 from flplat.metrics.evaluation import summarize
@@ -166,6 +167,7 @@ class Orchestrator:
         self.meta: dict[str, object] = {}  # run identity callbacks share and checkpoints keep (e.g. the MLflow run id)
         self.start_round = 1  # > 1 when resumed from a checkpoint (flplat.engine.checkpoint)
         self.completed_round = 0  # last round whose server state is complete (0: none; None: inside a round)
+        self.failures = None  # a flplat.engine.failures.FailureModel (federation.failures), or None
 
     def _bytes(self, t: torch.Tensor | None) -> int:
         return 0 if t is None else t.numel() * t.element_size()
@@ -224,12 +226,25 @@ class Orchestrator:
         t0 = time.perf_counter()
         selected = strategy.select(self.state, rng, ex)
         plans = strategy.plan_round(self.state, selected)
-        results = ex.train(plans, t, strategy.mean_groups(self.state, plans))
-        self.state = strategy.aggregate(self.state, results, ex)
+        fm = self.failures
+        run_plans, fails, corrupt = fm.plan(plans, t) if fm is not None and fm.active else (plans, {}, set())
+        results = ex.train(run_plans, t, strategy.mean_groups(self.state, run_plans)) if run_plans else []
+        if corrupt:
+            results = fm.corrupt_results(results, corrupt)
+        trained = len({r.client for r in results})
+        results, rejected = reject_nonfinite(results)
+        if trained and rejected == trained and not corrupt:
+            raise Diverged(f"diverged at round {t}: every client's update is NaN/Inf (e.g. lower "
+                           f"federation.optimizer.lr)")
+        if results:  # a round without any result keeps the server state
+            self.state = strategy.aggregate(self.state, results, ex)
         n = np.array([r.num_samples for r in results], dtype=float)
         m: dict[str, float] = {
-            "train_loss": float(np.dot(n, [r.train_loss for r in results]) / max(n.sum(), 1.0)),
+            "train_loss": float(np.dot(n, [r.train_loss for r in results]) / n.sum()) if n.sum() else float("nan"),
             "num_participants": float(len({r.client for r in results})),
+            "failed_clients": fails.get("dropped_clients", 0.0) + rejected,
+            "straggler_clients": fails.get("straggler_clients", 0.0),
+            "rejected_clients": float(rejected),
         }
         if strategy.communicates:
             m["bytes_down"] = float(sum(self._bytes(p.weights) + p.extra_bytes_down for _, p in plans))
