@@ -222,3 +222,48 @@ def test_strategy_state_outside_server_state_is_checkpointed(tiny_cfg):
     assert orch2.strategy.offset == 0.5 ** 4
     assert torch.equal(orch2.state.weights, orch.state.weights)
     assert orch2.strategy.info is not None and "info" not in orch.strategy.state_dict()
+
+
+def test_tracking_store_failure_ends_failed_in_one_line(tiny_cfg, tmp_path, monkeypatch, capsys):
+    """A store that fails mid-run: the run stops with one line naming the round and is not left RUNNING
+    (here the store still accepts the final status, so it ends FAILED with the reason as a tag)."""
+    from mlflow.tracking import MlflowClient
+
+    from flplat.errors import TrackingStoreError
+    from flplat.experiment import run
+    from flplat.tracking import runs
+
+    real = MlflowClient.log_batch
+
+    def flaky(self, run_id, metrics=(), params=(), tags=(), **kw):
+        if any(m.step == 2 for m in metrics):
+            raise RuntimeError("database is locked\nsecond line of a long traceback")
+        return real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", flaky)
+    cfg = tiny_cfg(**{"tracking.enabled": "true", "tracking.store_dir": str(tmp_path), "federation.rounds": 3,
+                      "tracking.plots": "false"})
+    with pytest.raises(TrackingStoreError, match="failed at round 2: database is locked$"):
+        run(cfg, progress=False)
+    c = MlflowClient(tracking_uri=runs.store_uris(None, str(tmp_path))[0])
+    (r,) = c.search_runs([c.get_experiment_by_name("flplat").experiment_id])
+    assert r.info.status == "FAILED" and "database is locked" in r.data.tags["flplat.error"]
+    assert (tmp_path / "checkpoints" / f"{r.info.run_id}.pt").is_file()  # kept: resumable once the store is back
+
+
+def test_heartbeat_marks_run_and_parent(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from flplat.tracking.runs import HEARTBEAT_TAG, Heartbeat, stale_runs
+
+    c = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = c.create_experiment("e")
+    parent, child = (c.create_run(exp).info.run_id for _ in range(2))
+    hb = Heartbeat(c, [child, parent], 0.05)
+    hb.start()
+    time.sleep(0.3)
+    hb.stop()
+    for r in (parent, child):
+        assert abs(float(c.get_run(r).data.tags[HEARTBEAT_TAG]) - time.time()) < 5
+    assert stale_runs(c, [exp]) == []
+    assert {r.info.run_id for r in stale_runs(c, [exp], now=time.time() + 3600)} == {parent, child}

@@ -146,16 +146,11 @@ def _ending(finish):
 
 
 def _client(cfg):
-    from mlflow.tracking import MlflowClient
-
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.runs import ensure_experiment, open_client, store_uris
 
     uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir)
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(cfg.tracking.experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(cfg.tracking.experiment,
-                                                                    artifact_location=artifacts)
-    return client, exp_id
+    client = open_client(uri)
+    return client, ensure_experiment(client, cfg.tracking.experiment, artifacts)
 
 
 def _parent_run(cfg, name: str, kind: str) -> str:

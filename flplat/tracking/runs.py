@@ -13,6 +13,7 @@ The run ends FINISHED, FAILED or KILLED (Ctrl-C), never left RUNNING.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import time
@@ -34,6 +35,53 @@ def store_uris(uri: str | None, store_dir: str = "mlruns") -> tuple[str, str | N
     root = Path(store_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{root / SQLITE_NAME}", (root / "artifacts").as_uri()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive advisory lock on ``path`` (POSIX ``flock``; elsewhere no lock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def open_client(uri: str):
+    """An ``MlflowClient`` on ``uri`` whose store exists. A new SQLite store is created (tables, migrations) under
+    a file lock beside the database, so several runs started together on a store that does not exist yet do not
+    race in MLflow's table creation (which can leave the store broken: "table _alembic_tmp_tags already
+    exists")."""
+    from mlflow.tracking import MlflowClient
+
+    if not uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=uri)
+    db = Path(uri[len("sqlite:///"):])
+    with _file_lock(db.with_name(db.name + ".lock")):
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)  # creates / upgrades the tables, one process at a time
+    return client
+
+
+def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
+    """The id of experiment ``name``, created if missing (a concurrent creator wins without an error)."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    except Exception:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
 
 
 def checkpoint_dir(tracking_cfg) -> Path:
@@ -130,18 +178,12 @@ class MlflowCallback(Callback):
     def __init__(self, tracking_cfg, params: dict[str, Any], config_yaml: str, run_metrics: dict[str, float],
                  label_counts: np.ndarray, client_meta: dict[str, np.ndarray] | None = None):
         import mlflow  # noqa: F401  (import cost only when tracking is on)
-        from mlflow.tracking import MlflowClient
 
         self.cfg = tracking_cfg
         uri, artifact_location = store_uris(tracking_cfg.uri, tracking_cfg.store_dir)
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = open_client(uri)
         self.uri = uri
-        exp = self.client.get_experiment_by_name(tracking_cfg.experiment)
-        if exp is None:
-            self.experiment_id = self.client.create_experiment(tracking_cfg.experiment,
-                                                               artifact_location=artifact_location)
-        else:
-            self.experiment_id = exp.experiment_id
+        self.experiment_id = ensure_experiment(self.client, tracking_cfg.experiment, artifact_location)
         self.params = params
         self.config_yaml = config_yaml
         self.run_metrics = run_metrics
