@@ -115,7 +115,9 @@ class FederationConfig:
     accuracy_window: int = 30  # rounds per window of the windowed average accuracy (CAFA Table IV)
     eval_batch_size: int = 1024
     client_state_dtype: str = "float32"  # per-client state rows (personalised models): float32 | float16
-    client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM)
+    client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM); each
+    #                                    run (each process) uses its own subdirectory run-<key>, removed at the end
+    keep_client_state: bool = False  # keep that subdirectory after the run
     vectorize: bool = False  # train clients in vmap groups (flplat/engine/vectorized.py); falls back per client, logged
     vectorize_group: int = 0  # max clients per vmap group; 0: all of a round's (same lr / trainable) clients
     failures: FailuresConfig = field(default_factory=FailuresConfig)

@@ -114,7 +114,7 @@ def prepare(cfg: DictConfig) -> Prepared:
         num_clients=data.num_clients, num_classes=data.num_classes, num_samples=data.num_samples("train"),
         label_counts=train_counts, client_fraction=f.client_fraction, local_epochs=f.local_epochs,
         layout=trainer.layout, all_train_indices=np.concatenate([c.train for c in data.clients]),
-        state_dtype=getattr(torch, f.client_state_dtype), state_dir=f.client_state_dir,
+        state_dtype=getattr(torch, f.client_state_dtype), state_dir=run_state_dir(f.client_state_dir),
         public_x=public_inputs(data), rounds=int(f.rounds),
         num_distributions=int(data.meta.get("num_distributions", 0)),
         true_iid=data.meta.get("iid"),
@@ -125,6 +125,30 @@ def prepare(cfg: DictConfig) -> Prepared:
     strategy = algo(algo_cfg, info)
     pm = noniid_summary(data.label_counts("all"))
     return Prepared(cfg, data, strategy, trainer, trainer.initial_weights(), {k: float(v) for k, v in pm.items()})
+
+
+def run_state_dir(root: str | None) -> str | None:
+    """This run's own directory for memory-mapped client state under ``federation.client_state_dir``: two runs
+    sharing the setting never overwrite each other's files (the key is tagged on the MLflow run)."""
+    if root is None:
+        return None
+    import uuid
+
+    return os.path.join(root, f"run-{uuid.uuid4().hex[:12]}")
+
+
+class ClientStateCleanup(Callback):
+    """Removes the run's client-state directory when the run ends (its content is in the checkpoint when the
+    run can be resumed), unless ``federation.keep_client_state``."""
+
+    def __init__(self, directory: str, keep: bool):
+        self.directory, self.keep = directory, keep
+
+    def on_end(self, orch, status):
+        if not self.keep:
+            import shutil
+
+            shutil.rmtree(str(orch.meta.get("client_state_dir", self.directory)), ignore_errors=True)
 
 
 def public_inputs(data: FederatedData) -> torch.Tensor | None:
@@ -186,6 +210,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
             cbs.insert(0, CheckpointCallback(checkpoint_dir(cfg.tracking), int(cfg.tracking.checkpoint_every),
                                              bool(cfg.tracking.keep_checkpoint)))
     f = cfg.federation
+    if p.strategy.info.state_dir is not None:
+        cbs.append(ClientStateCleanup(p.strategy.info.state_dir, bool(f.keep_client_state)))
     executor = make_executor(p.trainer, p.data, int(cfg.seed), bool(f.vectorize), int(f.vectorize_group))
     orch = Orchestrator(p.strategy, executor, p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs,
@@ -194,6 +220,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
 
     orch.failures = FailureModel(cfg.federation.failures, int(cfg.seed), int(cfg.federation.local_epochs))
     orch.meta["config_yaml"] = to_yaml(cfg)
+    if p.strategy.info.state_dir is not None:  # (a resumed run keeps writing to its first one: meta restored)
+        orch.meta["client_state_dir"] = p.strategy.info.state_dir
     summary = orch.run(p.init_weights, resume=resume)
     return summary, (tracker.run_id if tracker else None)
 

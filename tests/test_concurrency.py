@@ -39,3 +39,32 @@ def test_four_processes_create_one_fresh_store(tmp_path):
     c = MlflowClient(tracking_uri=f"sqlite:///{store}/mlflow.db")
     runs = c.search_runs([c.get_experiment_by_name("x").experiment_id])
     assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
+
+
+def test_client_state_files_are_per_run_and_removed(tiny_cfg, tmp_path):
+    """Two runs sharing federation.client_state_dir write to their own files (a personalised method's models
+    on disk), get the results they get alone, and leave nothing behind unless asked to keep it."""
+    from flplat.experiment import run
+
+    over = {"algorithm.name": "ditto", "federation.rounds": 2}
+    alone, _ = run(tiny_cfg(**over), progress=False)
+    shared = {**over, "federation.client_state_dir": str(tmp_path)}
+    seen = []
+
+    from flplat.engine.orchestrator import Callback
+
+    class Interleave(Callback):  # while run A is between rounds, run B runs completely on the same directory
+        def on_round_end(self, orch, round, metrics):
+            seen.append(orch.state.personal.path)
+            if round == 1:
+                b, _ = run(tiny_cfg(**shared, seed=1), progress=False)
+                seen.append(b.state.personal.path)
+
+    a, _ = run(tiny_cfg(**shared), callbacks=[Interleave()], progress=False)
+    assert seen[0] != seen[1] and str(tmp_path) in seen[0]
+    assert [{k: v for k, v in h.items() if k != "round_time_s"} for h in a.history] == \
+        [{k: v for k, v in h.items() if k != "round_time_s"} for h in alone.history]
+    assert list(tmp_path.iterdir()) == []  # removed at the end
+    run(tiny_cfg(**shared, **{"federation.keep_client_state": "true"}), progress=False)
+    (kept,) = tmp_path.iterdir()
+    assert kept.name.startswith("run-") and any(kept.iterdir())

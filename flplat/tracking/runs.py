@@ -232,6 +232,8 @@ class MlflowCallback(Callback):
                 "partition": str(self.params.get("partition.name"))}
         if self.cfg.parent_run_id:
             tags["mlflow.parentRunId"] = self.cfg.parent_run_id
+        if orch.meta.get("client_state_dir"):
+            tags["flplat.client_state_dir"] = str(orch.meta["client_state_dir"])
         if "test_phase" in orch.data.meta:  # e.g. P(Y|X) shift: no test-phase accuracy is reported, and why
             tags["test_phase"] = str(orch.data.meta["test_phase"])
         run = self.client.create_run(self.experiment_id, run_name=self.cfg.run_name, tags=tags)
