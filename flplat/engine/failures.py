@@ -1,7 +1,7 @@
 """Simulated client failures (``federation.failures``) and the rejection of non-finite client updates.
 
-Per round t, each sampled client independently (a generator seeded from the root seed, t and the client, so failures do not
-shift any other random stream and are identical on resume and across executors):
+Per round t, each sampled client independently (a generator seeded from the root seed, t and the client, so
+failures do not shift any other random stream and are identical on resume and across executors):
 
 * drops out with probability ``dropout``: it never reports (its jobs are not trained);
 * is a straggler with probability ``straggler``: it completes only part of its local work, FedProx's

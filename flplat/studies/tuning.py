@@ -10,7 +10,10 @@ with a warning when there is no validation split.
 Storage: ``sqlite:///mlruns/optuna.db`` by default; any RDB URL, or ``journal:PATH`` for Optuna's journal
 file storage, lets several workers share a study. Re-running the same command resumes the study. Grid
 workers running concurrently can draw the same point (Optuna's GridSampler documents this): a trial whose
-params were already completed reuses the stored value instead of training again.
+params were already completed reuses the stored value instead of training again, and one whose params another
+worker is training right now is pruned. A trial interrupted by Ctrl-C / SIGTERM (FAIL) is queued again by the
+next invocation (:func:`retry_interrupted`); one whose worker was killed outright is failed by its RDB heartbeat
+and retried by Optuna's ``RetryFailedTrialCallback``.
 """
 
 from __future__ import annotations
@@ -64,7 +67,36 @@ def make_storage(url: str):
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return url
+    # a heartbeat per running trial: a worker killed with SIGKILL leaves its trial RUNNING; once its heartbeat is
+    # stale Optuna marks it FAIL and the next worker retries its point (RetryFailedTrialCallback)
+    return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=3 * HEARTBEAT_S,
+                                      failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=3))
+
+
+HEARTBEAT_S = 30
+
+
+def retry_interrupted(study, space: dict[str, Any]) -> int:
+    """Queue again the grid points / parameter sets of trials that ended FAIL (a Ctrl-C, SIGTERM or crash
+    inside a trial) and that no other trial has completed, is running or has queued; returns how many. Optuna's
+    GridSampler counts a failed point as visited, so without this a re-run would skip it silently."""
+    import optuna
+
+    S = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    covered = [t.params or t.system_attrs.get("fixed_params", {}) for t in trials
+               if t.state in (S.COMPLETE, S.RUNNING, S.WAITING)]
+    queued = 0
+    for t in trials:
+        if t.state == S.FAIL and t.params and set(t.params) == set(space) and t.params not in covered:
+            study.enqueue_trial(dict(t.params), user_attrs={"retry_of": t.number})
+            if "grid_id" in t.system_attrs:  # the same grid point for GridSampler's bookkeeping (it needs one)
+                waiting = study.get_trials(deepcopy=False, states=(S.WAITING,))[-1]
+                for key in ("grid_id", "search_space"):
+                    study._storage.set_trial_system_attr(waiting._trial_id, key, t.system_attrs[key])
+            covered.append(t.params)
+            queued += 1
+    return queued
 
 
 def _suggest(trial, key: str, spec) -> Any:
@@ -100,6 +132,9 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     name = study_name or f"{base.tracking.experiment}-{algo}-{Path(space_path).stem}"
     study = optuna.create_study(study_name=name, storage=make_storage(storage), sampler=sampler,
                                 direction="maximize", load_if_exists=True)
+    retried = retry_interrupted(study, space)
+    if retried:
+        print(f"flplat tune: retrying {retried} interrupted trial(s)", file=sys.stderr)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if n_trials is None:
         n_trials = max(grid_size(space) - len(done), 0) if grid else 20
@@ -114,6 +149,9 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             if t.params == values:  # a concurrent grid worker already ran this point
                 return t.value
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if t.number != trial.number and t.params == values:  # another worker is training it right now
+                raise optuna.TrialPruned(f"point trained by trial {t.number}")
         over = [*overrides, *(f"{k}={_fmt(v)}" for k, v in values.items()),
                 f"tracking.run_name={name}-trial{trial.number}"]
         if parent:
