@@ -143,6 +143,7 @@ class TrackingConfig:
     experiment: str = "flplat"
     run_name: str | None = None
     store_dir: str = "mlruns"
+    artifact_root: str | None = None  # artifacts of new experiments (None: beside the store, <store>/artifacts)
     plots: bool = True
     parent_run_id: str | None = None  # nest this run under another (seed sweeps, tuning studies)
     # checkpoints (flplat/engine/checkpoint.py): every n rounds (0: none), in checkpoint_dir (None: beside the
@@ -347,6 +348,30 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
 
 def to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+ENV_LOOKUPS = ("${oc.env:", "${env:")
+
+
+def loggable(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as a plain dict, except that values read from the environment (``${oc.env:VAR}``)
+    keep their unresolved expression: secrets (tokens, passwords in URIs) never reach MLflow params, the logged
+    ``config.yaml`` or checkpoints (a resumed run resolves them again from its environment)."""
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    res = OmegaConf.to_container(cfg, resolve=True)
+
+    def walk(r, v):
+        if isinstance(r, dict):
+            return {k: walk(r[k], v[k]) for k in r}
+        if isinstance(r, list):
+            return [walk(a, b) for a, b in zip(r, v)]
+        return r if isinstance(r, str) and any(e in r for e in ENV_LOOKUPS) else v
+
+    return walk(raw, res)
+
+
+def loggable_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.create(loggable(cfg)), resolve=False)
 
 
 def flatten(cfg: DictConfig | dict, prefix: str = "") -> dict[str, Any]:

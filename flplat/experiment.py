@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import FederationInfo, Strategy
-from flplat.config import Registries, flatten, parse_config, to_yaml, validate
+from flplat.config import Registries, flatten, loggable, loggable_yaml, parse_config, validate
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
 from flplat.data.partitions import build_federation
@@ -198,7 +198,7 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         from flplat.tracking.runs import MlflowCallback
 
         sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
-        tracker = MlflowCallback(cfg.tracking, flatten(cfg), to_yaml(cfg), p.partition_metrics,
+        tracker = MlflowCallback(cfg.tracking, flatten(loggable(cfg)), loggable_yaml(cfg), p.partition_metrics,
                                  p.data.label_counts("all"), sizes)
         if resume is not None:
             tracker.resume_run_id = resume["meta"]["run_id"]
@@ -219,7 +219,7 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     from flplat.engine.failures import FailureModel
 
     orch.failures = FailureModel(cfg.federation.failures, int(cfg.seed), int(cfg.federation.local_epochs))
-    orch.meta["config_yaml"] = to_yaml(cfg)
+    orch.meta["config_yaml"] = loggable_yaml(cfg)
     if p.strategy.info.state_dir is not None:  # (a resumed run keeps writing to its first one: meta restored)
         orch.meta["client_state_dir"] = p.strategy.info.state_dir
     summary = orch.run(p.init_weights, resume=resume)

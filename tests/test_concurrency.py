@@ -67,3 +67,27 @@ def test_client_state_files_are_per_run_and_removed(tiny_cfg, tmp_path):
     run(tiny_cfg(**shared, **{"federation.keep_client_state": "true"}), progress=False)
     (kept,) = tmp_path.iterdir()
     assert kept.name.startswith("run-") and any(kept.iterdir())
+
+
+def test_artifacts_beside_a_sqlite_store_named_by_env(tmp_path, monkeypatch):
+    from flplat.tracking.runs import store_uris
+
+    db = tmp_path / "elsewhere" / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    uri, artifacts = store_uris(None, "mlruns")
+    assert uri == f"sqlite:///{db}" and artifacts == (tmp_path / "elsewhere" / "artifacts").as_uri()
+    assert store_uris(None, "mlruns", str(tmp_path / "a"))[1] == (tmp_path / "a").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert store_uris(None)[1] is None
+
+
+def test_environment_lookups_are_logged_unresolved(monkeypatch):
+    from flplat.config import flatten, loggable, loggable_yaml
+    from flplat.experiment import load_config
+
+    monkeypatch.setenv("FLPLAT_TEST_SECRET", "hunter2")
+    cfg = load_config(None, ["tracking.run_name=${oc.env:FLPLAT_TEST_SECRET}", "seed=3"])
+    assert cfg.tracking.run_name == "hunter2"  # the run itself uses the value
+    params = flatten(loggable(cfg))
+    assert params["tracking.run_name"] == "${oc.env:FLPLAT_TEST_SECRET}" and params["seed"] == 3
+    assert "hunter2" not in loggable_yaml(cfg)

@@ -186,7 +186,7 @@ def _ending(finish):
 def _client(cfg):
     from flplat.tracking.runs import ensure_experiment, open_client, store_uris
 
-    uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir)
+    uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir, cfg.tracking.artifact_root)
     client = open_client(uri)
     return client, ensure_experiment(client, cfg.tracking.experiment, artifacts)
 

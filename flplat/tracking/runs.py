@@ -27,11 +27,25 @@ from flplat.engine.orchestrator import Callback, Orchestrator
 SQLITE_NAME = "mlflow.db"
 
 
-def store_uris(uri: str | None, store_dir: str = "mlruns") -> tuple[str, str | None]:
-    """(tracking URI, artifact location for new experiments or None to let the server decide)."""
+def store_uris(uri: str | None, store_dir: str = "mlruns", artifact_root: str | None = None
+               ) -> tuple[str, str | None]:
+    """(tracking URI, artifact location for new experiments or None to let the server decide).
+
+    Artifacts go to ``artifact_root`` (``tracking.artifact_root``) when given, else beside the store: a SQLite
+    store's artifacts in ``artifacts/`` next to its database file (also for ``MLFLOW_TRACKING_URI`` =
+    ``sqlite:////elsewhere/mlflow.db``, where MLflow alone would use ``./mlruns`` of the current directory); a
+    server (http, databricks, ...) decides itself."""
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
+        if artifact_root:
+            return uri, Path(artifact_root).resolve().as_uri()
+        if uri.startswith("sqlite:///"):
+            return uri, (Path(uri[len("sqlite:///"):]).resolve().parent / "artifacts").as_uri()
         return uri, None
+    if artifact_root:
+        root = Path(store_dir).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{root / SQLITE_NAME}", Path(artifact_root).resolve().as_uri()
     root = Path(store_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{root / SQLITE_NAME}", (root / "artifacts").as_uri()
@@ -180,7 +194,8 @@ class MlflowCallback(Callback):
         import mlflow  # noqa: F401  (import cost only when tracking is on)
 
         self.cfg = tracking_cfg
-        uri, artifact_location = store_uris(tracking_cfg.uri, tracking_cfg.store_dir)
+        uri, artifact_location = store_uris(tracking_cfg.uri, tracking_cfg.store_dir,
+                                            getattr(tracking_cfg, "artifact_root", None))
         self.client = open_client(uri)
         self.uri = uri
         self.experiment_id = ensure_experiment(self.client, tracking_cfg.experiment, artifact_location)
