@@ -234,6 +234,9 @@ def cmd_ui(args) -> int:
 def cmd_tune(args) -> int:
     from flplat.studies.tuning import tune
 
+    if args.n_trials is not None and args.n_trials < 1:
+        raise ConfigError(f"--n-trials={args.n_trials} is out of range; allowed: an integer >= 1 (or omit it)")
+
     out = tune(args.config, args.overrides, args.space, args.storage, args.study_name, args.n_trials, args.progress)
     print(json.dumps(out, indent=2))
     return 0
@@ -246,6 +249,8 @@ def cmd_sweep(args) -> int:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
+    if not seeds:
+        raise ConfigError(f"--seeds={args.seeds!r} names no seed; allowed: comma-separated integers, e.g. 0,1,2")
     rows = sweep_seeds(args.config, args.overrides, seeds, args.progress)
     for r in rows:
         shown = [f"{k}={r[k]:.4f}" for k in ("global_accuracy", "ad", "sdad") if k in r]
@@ -269,6 +274,15 @@ def cmd_table(args) -> int:
     if not rows:
         raise ConfigError(f"--experiment={args.experiment!r} has no finished runs in {uri}")
     group = [g for g in args.group_by.split(",") if g]
+    params = sorted({k for r in rows for k in r["params"]})
+    for g in group:
+        if g not in params:
+            raise ConfigError(f"--group-by={g!r} is not a param of the runs of {args.experiment!r}; allowed: "
+                              + ", ".join(p for p in params if p.startswith(("partition.", "algorithm.", "seed"))))
+    metrics = sorted({k for r in rows for k in r["metrics"]})
+    if args.kind == "accuracy" and args.metric not in metrics:
+        raise ConfigError(f"--metric={args.metric!r} is not a metric of the runs of {args.experiment!r}; allowed: "
+                          + ", ".join(metrics))
     print(runs_table(rows, args.kind, group, args.metric))
     if args.silhouette_plot:
         from flplat.tracking.reports import plot_silhouette_curves, silhouette_curves
@@ -290,9 +304,19 @@ def cmd_noniid_plot(args) -> int:
     over = [f"data.name={args.dataset}"] + ([f"data.root={args.data_root}"] if args.data_root else [])
     cfg = load_config(None, over)
     seeds = [int(x) for x in _floats(args.seeds, "--seeds")]
+    alphas, s_values = _floats(args.alphas, "--alphas"), _floats(args.s_values, "--s-values")
+    if not seeds:
+        raise ConfigError(f"--seeds={args.seeds!r} names no seed; allowed: comma-separated integers, e.g. 0,1,2")
+    if any(not (a > 0) or a == float("inf") for a in alphas):
+        raise ConfigError(f"--alphas={args.alphas!r} is out of range; allowed: finite numbers > 0")
+    if any(not (0.0 <= v <= 1.0) for v in s_values):
+        raise ConfigError(f"--s-values={args.s_values!r} is out of range; allowed: numbers in [0, 1]")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        raise ConfigError(f"--out={args.out!r}: directory {out_dir} does not exist; allowed: a path in an existing "
+                          "directory")
     dataset = load_dataset(cfg.data, derive_seed(0, "data"))
-    curves = noniid_curves(dataset, args.clients, _floats(args.alphas, "--alphas"),
-                           _floats(args.s_values, "--s-values"), seeds)
+    curves = noniid_curves(dataset, args.clients, alphas, s_values, seeds)
     plot_noniid_curves(curves, args.out)
     print(json.dumps(curves, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)

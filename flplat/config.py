@@ -231,12 +231,24 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
             raise ConfigError(f"config file {str(path)!r} does not exist; "
                               "pass a YAML file such as configs/quickstart.yaml")
         try:
-            layers.append(OmegaConf.load(p))
+            loaded = OmegaConf.load(p)
         except Exception as e:  # yaml errors
             raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first_line(e)}") from None
+        if not isinstance(loaded, DictConfig):
+            kind = type(loaded).__name__.replace("Config", "").lower()
+            raise ConfigError(f"config file {str(path)!r} holds a YAML {kind}; allowed: a mapping of sections "
+                              "(seed, data, partition, model, algorithm, ...)")
+        if len(loaded) == 0:
+            raise ConfigError(f"config file {str(path)!r} is empty; allowed: a mapping of sections such as "
+                              "configs/quickstart.yaml (or no file: `flplat run` needs one, overrides go after it)")
+        layers.append(loaded)
     for o in overrides:
         if "=" not in o:
             raise ConfigError(f"override {o!r} must look like dotted.key=value")
+        key = o.split("=", 1)[0].strip()
+        if not key or any(part == "" for part in key.split(".")):
+            raise ConfigError(f"override key {key!r} (in {o!r}) has an empty part; allowed: dotted.key=value with "
+                              "keys of configs/quickstart.yaml, e.g. federation.rounds=5")
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         cfg = OmegaConf.merge(base, *layers)
@@ -315,7 +327,8 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_choice("federation.failures.straggler_policy", f.failures.straggler_policy, ("partial", "drop"))
     check_choice("federation.optimizer.name", f.optimizer.name, OPTIMIZERS)
     check_choice("federation.client_state_dtype", f.client_state_dtype, ("float32", "float16"))
-    check_range(f.optimizer.lr > 0, "federation.optimizer.lr", f.optimizer.lr, "a number > 0")
+    check_range(f.optimizer.lr > 0 and math.isfinite(f.optimizer.lr), "federation.optimizer.lr", f.optimizer.lr,
+                "a finite number > 0")
     o = f.optimizer
     check_range(0.0 <= o.momentum < 1.0, "federation.optimizer.momentum", o.momentum, "a number in [0, 1)")
     check_range(o.weight_decay >= 0, "federation.optimizer.weight_decay", o.weight_decay, "a number >= 0")

@@ -32,7 +32,7 @@ from flplat.engine.client import ClientTrainer
 from flplat.engine.orchestrator import Callback, Orchestrator, RunSummary
 from flplat.engine.sharding import default_threads, is_main_process, make_executor
 from flplat.engine.state import derive_seed
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, first_line
 from flplat.metrics.noniid import noniid_summary
 from flplat.models import build_model
 
@@ -119,6 +119,13 @@ def prepare(cfg: DictConfig) -> Prepared:
         num_distributions=int(data.meta.get("num_distributions", 0)),
         true_iid=data.meta.get("iid"),
     )
+    if data.num_samples("test").sum() == 0 and data.x_global_test is None:
+        raise ConfigError(f"partition.test_fraction={cfg.partition.test_fraction} leaves no client any test sample "
+                          f"({data.num_clients} clients); allowed: a larger partition.test_fraction")
+    k = getattr(cfg.algorithm, "num_clusters", None)
+    if isinstance(k, int) and k > data.num_clients:
+        raise ConfigError(f"algorithm.num_clusters={k} is out of range for {data.num_clients} clients; allowed: an "
+                          f"integer in [1, partition.num_clients={data.num_clients}]")
     algo = ALGORITHMS[cfg.algorithm.name]
     algo_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(algo.Config),
                                                    {k: v for k, v in cfg.algorithm.items() if k != "name"}))
@@ -188,6 +195,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         resume: dict | None = None) -> tuple[RunSummary, str | None]:
     """Run the experiment; returns the summary and the MLflow run id (None when tracking is off). ``resume``: a
     checkpoint payload (:func:`resume_checkpoint`) to continue in its MLflow run after its round."""
+    if cfg.tracking.enabled:
+        check_tracking(cfg.tracking)  # fail fast, before the data are loaded and before any run exists
     p = prepare(cfg)
     cbs = list(callbacks)
     tracker = None
@@ -224,6 +233,38 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         orch.meta["client_state_dir"] = p.strategy.info.state_dir
     summary = orch.run(p.init_weights, resume=resume)
     return summary, (tracker.run_id if tracker else None)
+
+
+def check_tracking(tcfg) -> None:
+    """One-line errors for a tracking store that cannot work: a server that does not answer (MLflow alone retries
+    for minutes, then prints a long traceback), a store directory that cannot be created or written."""
+    from flplat.tracking.runs import store_uris
+
+    uri = tcfg.uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    key = "tracking.uri" if tcfg.uri else ("$MLFLOW_TRACKING_URI" if uri else "tracking.store_dir")
+    if uri.startswith(("http://", "https://")):
+        import urllib.error
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10).close()
+        except urllib.error.HTTPError:
+            pass  # it answers (a proxy or an older server without /health): let MLflow talk to it
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise ConfigError(f"{key}={uri!r} is unreachable ({reason}); allowed: a running MLflow server, a "
+                              "sqlite:///PATH, or unset for ./mlruns") from None
+        return
+    try:
+        _, artifacts = store_uris(tcfg.uri, tcfg.store_dir, tcfg.artifact_root)
+        db = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else os.path.join(tcfg.store_dir, "mlflow.db")
+        folder = os.path.dirname(os.path.abspath(db))
+        os.makedirs(folder, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(f"{folder} is not writable")
+    except OSError as e:
+        raise ConfigError(f"{key}: the tracking store cannot be created ({first_line(e)}); allowed: a writable "
+                          "directory (tracking.store_dir) or tracking.enabled=false") from None
 
 
 def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictConfig, dict]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, first_line
 from flplat.experiment import load_config
 
 
@@ -47,6 +47,16 @@ def load_space(path: str | Path, algorithm: str) -> dict[str, Any]:
         ok = (isinstance(spec, list) and spec) or (isinstance(spec, dict) and {"low", "high"} <= set(spec))
         if not ok:
             raise ConfigError(f"search space key {key!r}: give a non-empty list of values or {{low, high[, log]}}")
+        if isinstance(spec, dict):
+            try:
+                low, high = float(spec["low"]), float(spec["high"])
+            except (TypeError, ValueError):
+                raise ConfigError(f"search space key {key!r}: low / high must be numbers") from None
+            if not low <= high:
+                raise ConfigError(f"search space key {key!r}: low={spec['low']} > high={spec['high']}; allowed: "
+                                  "low <= high")
+            if spec.get("log") and low <= 0:
+                raise ConfigError(f"search space key {key!r}: log=true needs low > 0")
     return space
 
 
@@ -67,6 +77,14 @@ def make_storage(url: str):
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as e:
+        raise ConfigError(f"--storage={url!r} is not usable ({first_line(e)}); allowed: an RDB URL such as "
+                          "sqlite:///mlruns/optuna.db or postgresql://..., or journal:PATH") from None
     # a heartbeat per running trial: a worker killed with SIGKILL leaves its trial RUNNING; once its heartbeat is
     # stale Optuna marks it FAIL and the next worker retries its point (RetryFailedTrialCallback)
     return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=3 * HEARTBEAT_S,
@@ -123,14 +141,18 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     base = load_config(config, overrides)  # validates the base config before anything is created
     algo = base.algorithm.name
     space = load_space(space_path, algo)
-    for key, spec in space.items():  # every key must be a valid override of the base config
-        first = spec[0] if isinstance(spec, list) else spec["low"]
-        load_config(config, [*overrides, f"{key}={_fmt(first)}"])
+    for key, spec in space.items():  # every value must be a valid override of the base config, before any trial
+        for value in spec if isinstance(spec, list) else (spec["low"], spec["high"]):
+            try:
+                load_config(config, [*overrides, f"{key}={_fmt(value)}"])
+            except ConfigError as e:
+                raise ConfigError(f"search space {key}={_fmt(value)}: {e}") from None
+    storage_obj = make_storage(storage)
     grid = is_grid(space)
     sampler = (optuna.samplers.GridSampler(space, seed=int(base.seed)) if grid
                else optuna.samplers.TPESampler(seed=int(base.seed)))
     name = study_name or f"{base.tracking.experiment}-{algo}-{Path(space_path).stem}"
-    study = optuna.create_study(study_name=name, storage=make_storage(storage), sampler=sampler,
+    study = optuna.create_study(study_name=name, storage=storage_obj, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
     retried = retry_interrupted(study, space)
     if retried:
