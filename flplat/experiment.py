@@ -70,6 +70,10 @@ def build_fabric(fcfg):
     if isinstance(devices, int) and devices < 1:
         raise ConfigError(f"fabric.devices={devices!r} is out of range; allowed: an integer >= 1, a list or 'auto'")
     multi = fcfg.num_nodes > 1 or devices not in (1, "1") or "WORLD_SIZE" in os.environ
+    if multi:
+        from flplat.engine.sharding import loopback_rendezvous
+
+        loopback_rendezvous()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

@@ -91,3 +91,27 @@ def test_environment_lookups_are_logged_unresolved(monkeypatch):
     params = flatten(loggable(cfg))
     assert params["tracking.run_name"] == "${oc.env:FLPLAT_TEST_SECRET}" and params["seed"] == 3
     assert "hunter2" not in loggable_yaml(cfg)
+
+
+def test_one_node_rendezvous_listens_on_no_network_port(tmp_path, monkeypatch):
+    """A one-node sharded run started by flplat meets through a private file store (torch's env:// TCP store
+    would listen on every interface) and binds gloo to the loopback interface."""
+    import importlib
+
+    from torch.distributed import FileStore
+
+    from flplat.engine.launch import RDZV_ENV
+    from flplat.engine.sharding import loopback_rendezvous
+
+    rdzv = importlib.import_module("torch.distributed.rendezvous")
+    monkeypatch.setitem(rdzv._rendezvous_handlers, "env", rdzv._rendezvous_handlers["env"])
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.delenv(RDZV_ENV, raising=False)
+    assert not loopback_rendezvous()  # not started by flplat (torchrun, SLURM): untouched
+    monkeypatch.setenv(RDZV_ENV, str(tmp_path / "store"))
+    assert loopback_rendezvous()
+    store, rank, world = next(rdzv.rendezvous("env://", rank=0, world_size=1))
+    assert isinstance(store, FileStore) and (rank, world) == (0, 1)
+    import os
+
+    assert os.environ["GLOO_SOCKET_IFNAME"].startswith("lo")
