@@ -123,7 +123,7 @@ def prepare(cfg: DictConfig) -> Prepared:
         num_distributions=int(data.meta.get("num_distributions", 0)),
         true_iid=data.meta.get("iid"),
     )
-    if data.num_samples("test").sum() == 0 and data.x_global_test is None:
+    if cfg.partition.test_fraction > 0 and data.num_samples("test").sum() == 0:  # rounding left no test sample
         raise ConfigError(f"partition.test_fraction={cfg.partition.test_fraction} leaves no client any test sample "
                           f"({data.num_clients} clients); allowed: a larger partition.test_fraction")
     k = getattr(cfg.algorithm, "num_clusters", None)
