@@ -30,8 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run one experiment from a YAML config with dotted overrides",
                        description="Run one federated experiment and track it in MLflow.", epilog=EPILOG_RUN,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("config", help="YAML config file, e.g. configs/quickstart.yaml")
+    r.add_argument("config", nargs="?", help="YAML config file, e.g. configs/quickstart.yaml (none with --resume)")
     r.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
+    r.add_argument("--resume", metavar="RUN_ID", default=None,
+                   help="continue an unfinished (KILLED / FAILED / stale RUNNING) run from its last checkpoint, "
+                        "in the same MLflow run; only tracking.* overrides (e.g. tracking.store_dir) are allowed")
+    r.add_argument("--force", action="store_true", help="with --resume: even if the run still shows a heartbeat")
     r.add_argument("--no-progress", action="store_true", help="no progress display")
     r.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
 
@@ -105,6 +109,14 @@ def _parser() -> argparse.ArgumentParser:
     npl.add_argument("--data-root", default=None)
     npl.add_argument("--out", default="noniid.png", help="output image (default noniid.png)")
 
+    rs = sub.add_parser("runs", help="list runs left RUNNING by a kill or power cut (--stale), and mark them",
+                        description="Find RUNNING runs whose heartbeat stopped (SIGKILL, power cut, lost node). "
+                                    "Resume one with `flplat run --resume RUN_ID`.")
+    rs.add_argument("--stale", action="store_true", required=True, help="list stale RUNNING runs")
+    rs.add_argument("--mark", action="store_true", help="end them as KILLED (tag flplat.stale=true)")
+    rs.add_argument("--experiment", default=None, help="only this experiment (default: all)")
+    rs.add_argument("--store-dir", default="mlruns")
+
     sub.add_parser("list", help="list datasets, partitions, models and algorithms",
                    description="List the registered datasets, partitions, models and algorithms.")
     return p
@@ -114,6 +126,10 @@ def cmd_run(args) -> int:
     from flplat.config import to_yaml
     from flplat.experiment import load_config
 
+    if args.resume:
+        return _resume(args)
+    if args.config is None:
+        raise ConfigError("flplat run needs a config file (e.g. configs/quickstart.yaml) or --resume RUN_ID")
     cfg = load_config(args.config, args.overrides)
     if args.print_config:
         print(to_yaml(cfg), end="")
@@ -129,10 +145,32 @@ def cmd_run(args) -> int:
     return rc
 
 
-def _run_and_report(cfg, args) -> int:
+def _resume(args) -> int:
+    from flplat.experiment import resume_checkpoint
+    from flplat.tracking.runs import HEARTBEAT_INTERVAL_TAG, HEARTBEAT_TAG, store_uris
+
+    overrides = ([args.config] if args.config else []) + list(args.overrides)  # no config file with --resume
+    cfg, data = resume_checkpoint(args.resume, overrides)
+    if cfg.tracking.enabled and not args.force:
+        import time
+
+        from mlflow.tracking import MlflowClient
+
+        uri, _ = store_uris(cfg.tracking.uri, cfg.tracking.store_dir)
+        run = MlflowClient(tracking_uri=uri).get_run(args.resume)
+        beat, interval = run.data.tags.get(HEARTBEAT_TAG), float(run.data.tags.get(HEARTBEAT_INTERVAL_TAG, 30))
+        if run.info.status == "RUNNING" and beat and time.time() - float(beat) < 2 * interval + 10:
+            age = time.time() - float(beat)
+            raise ConfigError(f"--resume={args.resume}: the run is still alive (heartbeat {age:.0f} s ago); "
+                              "allowed: a KILLED / FAILED / stale run, or add --force")
+    print(f"flplat: resuming run {args.resume} after round {data['round']}", file=sys.stderr)
+    return _run_and_report(cfg, args, resume=data)
+
+
+def _run_and_report(cfg, args, resume=None) -> int:
     from flplat.experiment import run
 
-    summary, run_id = run(cfg, progress=not args.no_progress)
+    summary, run_id = run(cfg, progress=not args.no_progress, resume=resume)
     from flplat.engine.sharding import is_main_process
 
     if not is_main_process():
@@ -196,6 +234,9 @@ def cmd_ui(args) -> int:
 def cmd_tune(args) -> int:
     from flplat.studies.tuning import tune
 
+    if args.n_trials is not None and args.n_trials < 1:
+        raise ConfigError(f"--n-trials={args.n_trials} is out of range; allowed: an integer >= 1 (or omit it)")
+
     out = tune(args.config, args.overrides, args.space, args.storage, args.study_name, args.n_trials, args.progress)
     print(json.dumps(out, indent=2))
     return 0
@@ -208,6 +249,8 @@ def cmd_sweep(args) -> int:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
+    if not seeds:
+        raise ConfigError(f"--seeds={args.seeds!r} names no seed; allowed: comma-separated integers, e.g. 0,1,2")
     rows = sweep_seeds(args.config, args.overrides, seeds, args.progress)
     for r in rows:
         shown = [f"{k}={r[k]:.4f}" for k in ("global_accuracy", "ad", "sdad") if k in r]
@@ -231,6 +274,15 @@ def cmd_table(args) -> int:
     if not rows:
         raise ConfigError(f"--experiment={args.experiment!r} has no finished runs in {uri}")
     group = [g for g in args.group_by.split(",") if g]
+    params = sorted({k for r in rows for k in r["params"]})
+    for g in group:
+        if g not in params:
+            raise ConfigError(f"--group-by={g!r} is not a param of the runs of {args.experiment!r}; allowed: "
+                              + ", ".join(p for p in params if p.startswith(("partition.", "algorithm.", "seed"))))
+    metrics = sorted({k for r in rows for k in r["metrics"]})
+    if args.kind == "accuracy" and args.metric not in metrics:
+        raise ConfigError(f"--metric={args.metric!r} is not a metric of the runs of {args.experiment!r}; allowed: "
+                          + ", ".join(metrics))
     print(runs_table(rows, args.kind, group, args.metric))
     if args.silhouette_plot:
         from flplat.tracking.reports import plot_silhouette_curves, silhouette_curves
@@ -252,12 +304,50 @@ def cmd_noniid_plot(args) -> int:
     over = [f"data.name={args.dataset}"] + ([f"data.root={args.data_root}"] if args.data_root else [])
     cfg = load_config(None, over)
     seeds = [int(x) for x in _floats(args.seeds, "--seeds")]
+    alphas, s_values = _floats(args.alphas, "--alphas"), _floats(args.s_values, "--s-values")
+    if not seeds:
+        raise ConfigError(f"--seeds={args.seeds!r} names no seed; allowed: comma-separated integers, e.g. 0,1,2")
+    if any(not (a > 0) or a == float("inf") for a in alphas):
+        raise ConfigError(f"--alphas={args.alphas!r} is out of range; allowed: finite numbers > 0")
+    if any(not (0.0 <= v <= 1.0) for v in s_values):
+        raise ConfigError(f"--s-values={args.s_values!r} is out of range; allowed: numbers in [0, 1]")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        raise ConfigError(f"--out={args.out!r}: directory {out_dir} does not exist; allowed: a path in an existing "
+                          "directory")
     dataset = load_dataset(cfg.data, derive_seed(0, "data"))
-    curves = noniid_curves(dataset, args.clients, _floats(args.alphas, "--alphas"),
-                           _floats(args.s_values, "--s-values"), seeds)
+    curves = noniid_curves(dataset, args.clients, alphas, s_values, seeds)
     plot_noniid_curves(curves, args.out)
     print(json.dumps(curves, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_runs(args) -> int:
+    from mlflow.tracking import MlflowClient
+
+    from flplat.tracking.runs import HEARTBEAT_TAG, stale_runs, store_uris
+
+    uri, _ = store_uris(None, args.store_dir)
+    client = MlflowClient(tracking_uri=uri)
+    if args.experiment:
+        exp = client.get_experiment_by_name(args.experiment)
+        if exp is None:
+            raise ConfigError(f"--experiment={args.experiment!r} does not exist in {uri}")
+        ids = [exp.experiment_id]
+    else:
+        ids = [e.experiment_id for e in client.search_experiments()]
+    runs = stale_runs(client, ids)
+    import time
+
+    for r in runs:
+        beat = r.data.tags.get(HEARTBEAT_TAG)
+        age = f"{time.time() - float(beat):.0f} s" if beat else "never"
+        print(f"{r.info.run_id}  {r.info.run_name or '-':30s}  last heartbeat: {age}")
+        if args.mark:
+            client.set_tag(r.info.run_id, "flplat.stale", "true")
+            client.set_terminated(r.info.run_id, "KILLED")
+    print(f"{len(runs)} stale run(s)" + (" marked KILLED" if args.mark and runs else ""), file=sys.stderr)
     return 0
 
 
@@ -282,9 +372,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handler = {"run": cmd_run, "partition-stats": cmd_partition_stats, "ui": cmd_ui, "list": cmd_list,
-               "tune": cmd_tune, "sweep": cmd_sweep, "table": cmd_table, "noniid-plot": cmd_noniid_plot}[args.command]
+               "tune": cmd_tune, "sweep": cmd_sweep, "table": cmd_table, "noniid-plot": cmd_noniid_plot,
+               "runs": cmd_runs}[args.command]
+    from flplat.errors import RunFailed, Terminated
+
+    previous = _on_sigterm()
     try:
         return handler(args)
+    except RunFailed as e:  # tracking store lost, training diverged: one line, the run ended FAILED
+        print(f"flplat: error: {e}", file=sys.stderr)
+        return 1
+    except Terminated:
+        print("flplat: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except ConfigError as e:
         from flplat.engine.sharding import is_main_process
 
@@ -294,6 +394,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("flplat: interrupted", file=sys.stderr)
         return 130
+    finally:
+        _restore_sigterm(previous)
+
+
+def _on_sigterm():
+    """SIGTERM (kill, timeout, SLURM preemption) raises :class:`~flplat.errors.Terminated` (a KeyboardInterrupt)
+    in the main thread, so a run ends like Ctrl-C: KILLED, artifacts and a checkpoint written, exit 143."""
+    import signal
+    import threading
+
+    from flplat.errors import Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        import signal
+
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

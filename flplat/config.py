@@ -94,6 +94,16 @@ class OptimizerConfig:
 
 
 @dataclass
+class FailuresConfig:
+    """Simulated client failures per round (flplat/engine/failures.py); seeded from the root seed and the round."""
+
+    dropout: float = 0.0  # probability a sampled client never reports
+    straggler: float = 0.0  # probability a client completes only x of its E local epochs, x uniform in 1..E
+    straggler_policy: str = "partial"  # partial: aggregate the inexact update (FedProx) | drop: discard it
+    corrupt: float = 0.0  # probability a client's update is NaN/Inf (rejected and counted, never averaged)
+
+
+@dataclass
 class FederationConfig:
     """The round loop: T rounds, client fraction q, E local epochs."""
 
@@ -106,9 +116,12 @@ class FederationConfig:
     accuracy_window: int = 30  # rounds per window of the windowed average accuracy (CAFA Table IV)
     eval_batch_size: int = 1024
     client_state_dtype: str = "float32"  # per-client state rows (personalised models): float32 | float16
-    client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM)
+    client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM); each
+    #                                    run (each process) uses its own subdirectory run-<key>, removed at the end
+    keep_client_state: bool = False  # keep that subdirectory after the run
     vectorize: bool = False  # train clients in vmap groups (flplat/engine/vectorized.py); falls back per client, logged
     vectorize_group: int = 0  # max clients per vmap group; 0: all of a round's (same lr / trainable) clients
+    failures: FailuresConfig = field(default_factory=FailuresConfig)
 
 
 @dataclass
@@ -131,8 +144,15 @@ class TrackingConfig:
     experiment: str = "flplat"
     run_name: str | None = None
     store_dir: str = "mlruns"
+    artifact_root: str | None = None  # artifacts of new experiments (None: beside the store, <store>/artifacts)
     plots: bool = True
     parent_run_id: str | None = None  # nest this run under another (seed sweeps, tuning studies)
+    # checkpoints (flplat/engine/checkpoint.py): every n rounds (0: none), in checkpoint_dir (None: beside the
+    # store, <store>/checkpoints/<run id>.pt); a FINISHED run's checkpoint is removed unless keep_checkpoint
+    checkpoint_every: int = 1
+    checkpoint_dir: str | None = None
+    keep_checkpoint: bool = False
+    heartbeat_s: float = 30.0  # the run's flplat.heartbeat tag is refreshed this often (flplat runs --stale)
 
 
 @dataclass
@@ -215,12 +235,24 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
             raise ConfigError(f"config file {str(path)!r} does not exist; "
                               "pass a YAML file such as configs/quickstart.yaml")
         try:
-            layers.append(OmegaConf.load(p))
+            loaded = OmegaConf.load(p)
         except Exception as e:  # yaml errors
             raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first_line(e)}") from None
+        if not isinstance(loaded, DictConfig):
+            kind = type(loaded).__name__.replace("Config", "").lower()
+            raise ConfigError(f"config file {str(path)!r} holds a YAML {kind}; allowed: a mapping of sections "
+                              "(seed, data, partition, model, algorithm, ...)")
+        if len(loaded) == 0:
+            raise ConfigError(f"config file {str(path)!r} is empty; allowed: a mapping of sections such as "
+                              "configs/quickstart.yaml (or no file: `flplat run` needs one, overrides go after it)")
+        layers.append(loaded)
     for o in overrides:
         if "=" not in o:
             raise ConfigError(f"override {o!r} must look like dotted.key=value")
+        key = o.split("=", 1)[0].strip()
+        if not key or any(part == "" for part in key.split(".")):
+            raise ConfigError(f"override key {key!r} (in {o!r}) has an empty part; allowed: dotted.key=value with "
+                              "keys of configs/quickstart.yaml, e.g. federation.rounds=5")
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
         cfg = OmegaConf.merge(base, *layers)
@@ -296,9 +328,13 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_range(f.eval_batch_size >= 1, "federation.eval_batch_size", f.eval_batch_size, "an integer >= 1")
     check_range(f.vectorize_group >= 0, "federation.vectorize_group", f.vectorize_group,
                 "an integer >= 0 (0: no limit)")
+    for k in ("dropout", "straggler", "corrupt"):
+        check_range(0.0 <= f.failures[k] <= 1.0, f"federation.failures.{k}", f.failures[k], "a probability in [0, 1]")
+    check_choice("federation.failures.straggler_policy", f.failures.straggler_policy, ("partial", "drop"))
     check_choice("federation.optimizer.name", f.optimizer.name, OPTIMIZERS)
     check_choice("federation.client_state_dtype", f.client_state_dtype, ("float32", "float16"))
-    check_range(f.optimizer.lr > 0, "federation.optimizer.lr", f.optimizer.lr, "a number > 0")
+    check_range(f.optimizer.lr > 0 and math.isfinite(f.optimizer.lr), "federation.optimizer.lr", f.optimizer.lr,
+                "a finite number > 0")
     o = f.optimizer
     check_range(0.0 <= o.momentum < 1.0, "federation.optimizer.momentum", o.momentum, "a number in [0, 1)")
     check_range(o.weight_decay >= 0, "federation.optimizer.weight_decay", o.weight_decay, "a number >= 0")
@@ -308,6 +344,12 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_choice("fabric.precision", str(fb.precision), PRECISIONS)
     check_range(fb.num_nodes >= 1, "fabric.num_nodes", fb.num_nodes, "an integer >= 1")
     check_range(fb.num_threads >= 0, "fabric.num_threads", fb.num_threads, "an integer >= 0 (0: torch's default)")
+
+    tr = cfg.tracking
+    check_range(tr.checkpoint_every >= 0, "tracking.checkpoint_every", tr.checkpoint_every,
+                "an integer >= 0 (0: no checkpoints)")
+    check_range(tr.heartbeat_s > 0 and math.isfinite(tr.heartbeat_s), "tracking.heartbeat_s", tr.heartbeat_s,
+                "a finite number of seconds > 0")
 
     mc = cfg.metrics
     check_choice("metrics.accuracy_key", mc.accuracy_key, ("mean_local_accuracy", "global_accuracy"))
@@ -338,6 +380,30 @@ def apply_algorithm_defaults(defaults: Any, algorithm: Any, registry: dict) -> d
 
 def to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+ENV_LOOKUPS = ("${oc.env:", "${env:")
+
+
+def loggable(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as a plain dict, except that values read from the environment (``${oc.env:VAR}``)
+    keep their unresolved expression: secrets (tokens, passwords in URIs) never reach MLflow params, the logged
+    ``config.yaml`` or checkpoints (a resumed run resolves them again from its environment)."""
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    res = OmegaConf.to_container(cfg, resolve=True)
+
+    def walk(r, v):
+        if isinstance(r, dict):
+            return {k: walk(r[k], v[k]) for k in r}
+        if isinstance(r, list):
+            return [walk(a, b) for a, b in zip(r, v)]
+        return r if isinstance(r, str) and any(e in r for e in ENV_LOOKUPS) else v
+
+    return walk(raw, res)
+
+
+def loggable_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.create(loggable(cfg)), resolve=False)
 
 
 def flatten(cfg: DictConfig | dict, prefix: str = "") -> dict[str, Any]:

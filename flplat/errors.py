@@ -15,6 +15,19 @@ class ConfigError(ValueError):
     """Bad user input: the message is one line naming the key and the allowed values."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, SLURM preemption) raised in the main thread: ends the run like Ctrl-C
+    (KILLED, artifacts and a checkpoint written); the CLI exits 143."""
+
+
+class RunFailed(RuntimeError):
+    """A run that cannot go on (one-line reason): the MLflow run ends FAILED, the CLI prints the line, exit 1."""
+
+
+class TrackingStoreError(RunFailed):
+    """The tracking store failed mid-run (one-line reason); the run ends FAILED."""
+
+
 def check_choice(key: str, value: Any, allowed) -> None:
     """Raise unless ``value`` is one of ``allowed`` (listed sorted in the message)."""
     if value not in allowed:

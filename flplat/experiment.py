@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import FederationInfo, Strategy
-from flplat.config import Registries, flatten, parse_config, to_yaml, validate
+from flplat.config import Registries, flatten, loggable, loggable_yaml, parse_config, validate
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
 from flplat.data.partitions import build_federation
@@ -32,7 +32,7 @@ from flplat.engine.client import ClientTrainer
 from flplat.engine.orchestrator import Callback, Orchestrator, RunSummary
 from flplat.engine.sharding import default_threads, is_main_process, make_executor
 from flplat.engine.state import derive_seed
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, first_line
 from flplat.metrics.noniid import noniid_summary
 from flplat.models import build_model
 
@@ -70,6 +70,10 @@ def build_fabric(fcfg):
     if isinstance(devices, int) and devices < 1:
         raise ConfigError(f"fabric.devices={devices!r} is out of range; allowed: an integer >= 1, a list or 'auto'")
     multi = fcfg.num_nodes > 1 or devices not in (1, "1") or "WORLD_SIZE" in os.environ
+    if multi:
+        from flplat.engine.sharding import loopback_rendezvous
+
+        loopback_rendezvous()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -114,18 +118,49 @@ def prepare(cfg: DictConfig) -> Prepared:
         num_clients=data.num_clients, num_classes=data.num_classes, num_samples=data.num_samples("train"),
         label_counts=train_counts, client_fraction=f.client_fraction, local_epochs=f.local_epochs,
         layout=trainer.layout, all_train_indices=np.concatenate([c.train for c in data.clients]),
-        state_dtype=getattr(torch, f.client_state_dtype), state_dir=f.client_state_dir,
+        state_dtype=getattr(torch, f.client_state_dtype), state_dir=run_state_dir(f.client_state_dir),
         public_x=public_inputs(data), rounds=int(f.rounds),
         num_distributions=int(data.meta.get("num_distributions", 0)),
         true_iid=data.meta.get("iid"),
         split_samples={split: data.num_samples(split) for split in ("val", "test")},
     )
+    if cfg.partition.test_fraction > 0 and data.num_samples("test").sum() == 0:  # rounding left no test sample
+        raise ConfigError(f"partition.test_fraction={cfg.partition.test_fraction} leaves no client any test sample "
+                          f"({data.num_clients} clients); allowed: a larger partition.test_fraction")
+    k = getattr(cfg.algorithm, "num_clusters", None)
+    if isinstance(k, int) and k > data.num_clients:
+        raise ConfigError(f"algorithm.num_clusters={k} is out of range for {data.num_clients} clients; allowed: an "
+                          f"integer in [1, partition.num_clients={data.num_clients}]")
     algo = ALGORITHMS[cfg.algorithm.name]
     algo_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(algo.Config),
                                                    {k: v for k, v in cfg.algorithm.items() if k != "name"}))
     strategy = algo(algo_cfg, info)
     pm = noniid_summary(data.label_counts("all"))
     return Prepared(cfg, data, strategy, trainer, trainer.initial_weights(), {k: float(v) for k, v in pm.items()})
+
+
+def run_state_dir(root: str | None) -> str | None:
+    """This run's own directory for memory-mapped client state under ``federation.client_state_dir``: two runs
+    sharing the setting never overwrite each other's files (the key is tagged on the MLflow run)."""
+    if root is None:
+        return None
+    import uuid
+
+    return os.path.join(root, f"run-{uuid.uuid4().hex[:12]}")
+
+
+class ClientStateCleanup(Callback):
+    """Removes the run's client-state directory when the run ends (its content is in the checkpoint when the
+    run can be resumed), unless ``federation.keep_client_state``."""
+
+    def __init__(self, directory: str, keep: bool):
+        self.directory, self.keep = directory, keep
+
+    def on_end(self, orch, status):
+        if not self.keep:
+            import shutil
+
+            shutil.rmtree(str(orch.meta.get("client_state_dir", self.directory)), ignore_errors=True)
 
 
 def public_inputs(data: FederatedData) -> torch.Tensor | None:
@@ -161,8 +196,12 @@ class ProgressCallback(Callback):
         self.bar.close()
 
 
-def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True) -> tuple[RunSummary, str | None]:
-    """Run the experiment; returns the summary and the MLflow run id (None when tracking is off)."""
+def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True,
+        resume: dict | None = None) -> tuple[RunSummary, str | None]:
+    """Run the experiment; returns the summary and the MLflow run id (None when tracking is off). ``resume``: a
+    checkpoint payload (:func:`resume_checkpoint`) to continue in its MLflow run after its round."""
+    if cfg.tracking.enabled:
+        check_tracking(cfg.tracking)  # fail fast, before the data are loaded and before any run exists
     p = prepare(cfg)
     cbs = list(callbacks)
     tracker = None
@@ -173,13 +212,86 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         from flplat.tracking.runs import MlflowCallback
 
         sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
-        tracker = MlflowCallback(cfg.tracking, flatten(cfg), to_yaml(cfg), p.partition_metrics,
+        tracker = MlflowCallback(cfg.tracking, flatten(loggable(cfg)), loggable_yaml(cfg), p.partition_metrics,
                                  p.data.label_counts("all"), sizes)
+        if resume is not None:
+            tracker.resume_run_id = resume["meta"]["run_id"]
         cbs.insert(0, tracker)
+        if int(cfg.tracking.checkpoint_every) > 0:  # before the tracker: a round is saved before it is logged
+            from flplat.engine.checkpoint import CheckpointCallback
+            from flplat.tracking.runs import checkpoint_dir
+
+            cbs.insert(0, CheckpointCallback(checkpoint_dir(cfg.tracking), int(cfg.tracking.checkpoint_every),
+                                             bool(cfg.tracking.keep_checkpoint)))
     f = cfg.federation
+    if p.strategy.info.state_dir is not None:
+        cbs.append(ClientStateCleanup(p.strategy.info.state_dir, bool(f.keep_client_state)))
     executor = make_executor(p.trainer, p.data, int(cfg.seed), bool(f.vectorize), int(f.vectorize_group))
     orch = Orchestrator(p.strategy, executor, p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs,
                         int(cfg.federation.accuracy_window), metrics_cfg=cfg.metrics)
-    summary = orch.run(p.init_weights)
+    from flplat.engine.failures import FailureModel
+
+    orch.failures = FailureModel(cfg.federation.failures, int(cfg.seed), int(cfg.federation.local_epochs))
+    orch.meta["config_yaml"] = loggable_yaml(cfg)
+    if p.strategy.info.state_dir is not None:  # (a resumed run keeps writing to its first one: meta restored)
+        orch.meta["client_state_dir"] = p.strategy.info.state_dir
+    summary = orch.run(p.init_weights, resume=resume)
     return summary, (tracker.run_id if tracker else None)
+
+
+def check_tracking(tcfg) -> None:
+    """One-line errors for a tracking store that cannot work: a server that does not answer (MLflow alone retries
+    for minutes, then prints a long traceback), a store directory that cannot be created or written."""
+    from flplat.tracking.runs import store_uris
+
+    uri = tcfg.uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    key = "tracking.uri" if tcfg.uri else ("$MLFLOW_TRACKING_URI" if uri else "tracking.store_dir")
+    if uri.startswith(("http://", "https://")):
+        import urllib.error
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10).close()
+        except urllib.error.HTTPError:
+            pass  # it answers (a proxy or an older server without /health): let MLflow talk to it
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise ConfigError(f"{key}={uri!r} is unreachable ({reason}); allowed: a running MLflow server, a "
+                              "sqlite:///PATH, or unset for ./mlruns") from None
+        return
+    try:
+        _, artifacts = store_uris(tcfg.uri, tcfg.store_dir, tcfg.artifact_root)
+        db = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else os.path.join(tcfg.store_dir, "mlflow.db")
+        folder = os.path.dirname(os.path.abspath(db))
+        os.makedirs(folder, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(f"{folder} is not writable")
+    except OSError as e:
+        raise ConfigError(f"{key}: the tracking store cannot be created ({first_line(e)}); allowed: a writable "
+                          "directory (tracking.store_dir) or tracking.enabled=false") from None
+
+
+def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictConfig, dict]:
+    """The config and checkpoint payload to continue MLflow run ``run_id`` (``flplat run --resume``).
+
+    The checkpoint is looked up where this config would write it (``tracking.*`` overrides, e.g.
+    ``tracking.store_dir``, say where); the experiment's own config comes from the checkpoint, so only
+    ``tracking.*`` keys may be overridden (anything else would not continue the same run)."""
+    from flplat.engine import checkpoint
+    from flplat.tracking.runs import checkpoint_path
+
+    bad = [o for o in overrides if not o.split("=", 1)[0].strip().startswith("tracking.")]
+    if bad:
+        raise ConfigError(f"{bad[0]!r}: only tracking.* keys may be overridden with --resume (the run continues "
+                          "with the config it started with)")
+    where = load_config(None, overrides).tracking
+    path = checkpoint_path(where, run_id)
+    if not path.is_file():
+        raise ConfigError(f"--resume={run_id!r}: no checkpoint {path}; allowed: the id of an unfinished run "
+                          f"with tracking.checkpoint_every > 0 (set tracking.store_dir / checkpoint_dir to its store)")
+    data = checkpoint.load(path)
+    base = OmegaConf.create(data["meta"]["config_yaml"])
+    cfg = validate(OmegaConf.merge(parse_config(None, ()), base,
+                                   OmegaConf.from_dotlist(list(overrides))), registries())
+    return cfg, data

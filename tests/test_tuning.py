@@ -67,3 +67,32 @@ def test_journal_storage_and_bad_key(tmp_path):
 def test_seed_sweep(tmp_path):
     rows = sweep_seeds(None, _over(tmp_path), [0, 1])
     assert [r["seed"] for r in rows] == [0, 1] and rows[0]["global_accuracy"] != rows[1]["global_accuracy"]
+
+
+def test_interrupted_grid_point_is_retried(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM) inside a trial: the re-run trains that grid point again instead of skipping it, and
+    no point is trained twice."""
+    import types
+
+    import flplat.experiment as experiment
+
+    trained = []
+
+    def fake_run(cfg, progress=False, **kw):
+        mu = float(cfg.algorithm.mu)
+        if len(trained) == 1 and not getattr(fake_run, "interrupted", False):
+            fake_run.interrupted = True
+            raise KeyboardInterrupt
+        trained.append(mu)
+        return types.SimpleNamespace(metrics={"val_accuracy": mu}), None
+
+    monkeypatch.setattr(experiment, "run", fake_run)
+    space = _space(tmp_path, "fedprox:\n  algorithm.mu: [0.0, 0.5, 1.0]\n")
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    over = _over(tmp_path, **{"tracking.enabled": "false"})
+    with pytest.raises(KeyboardInterrupt):
+        tune(None, over, space, storage, "s", None)
+    assert len(trained) == 1
+    out = tune(None, over, space, storage, "s", None)
+    assert sorted(trained) == [0.0, 0.5, 1.0]  # the interrupted point retried, none twice
+    assert out["best_params"] == {"algorithm.mu": 1.0}

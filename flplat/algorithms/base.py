@@ -225,6 +225,21 @@ class Strategy(ABC):
         self.cfg = cfg
         self.info = info
 
+    # ---- checkpoints -----------------------------------------------------------------------------
+    # What a strategy carries between rounds outside ``ServerState`` (e.g. FedOpt's hyperparameter schedule,
+    # PQFed's inner strategy, anything set in ``init_state``). The default covers every strategy generically:
+    # all instance attributes except the config and the federation info (both rebuilt from the config). Override
+    # both only for state that cannot be pickled.
+    _not_checkpointed: ClassVar[tuple[str, ...]] = ("cfg", "info")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's own state between rounds (pickled into checkpoints with the server state)."""
+        return {k: v for k, v in vars(self).items() if k not in self._not_checkpointed}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (on a freshly constructed strategy of the same config)."""
+        vars(self).update(d)
+
     # ---- lifecycle -------------------------------------------------------------------------------
     def init_state(self, init_weights: torch.Tensor, rng: np.random.Generator, ops: FederationOps) -> ServerState:
         return ServerState(weights=init_weights.clone())

@@ -24,7 +24,8 @@ Lookup order (files on disk)
 ----------------------------
 A directory is used when it holds every file the dataset needs; the first such directory wins:
 
-1. ``data.root`` when set: the directory holding the files itself, or its torchvision layout
+1. ``data.root`` when set (then ONLY there: an explicit root is used or refused, never silently replaced by a
+   copy found elsewhere): the directory holding the files itself, or its torchvision layout
    (``<root>/MNIST/raw``, ``<root>/FashionMNIST/raw``, ``<root>/cifar-10-batches-py``, ``<root>/cifar-100-python``);
 2. ``$FLPLAT_DATA``, with the same two layouts;
 3. ``../shared/data/<layout>`` relative to the current working directory;
@@ -226,8 +227,8 @@ def _with_layout(base: Path, layout: str) -> list[Path]:
 def _candidate_dirs(cfg: DataConfig, layout: str, extra: Iterable[Path] = ()) -> list[Path]:
     """Directories to search, in the documented order, without duplicates."""
     dirs: list[Path] = []
-    if cfg.root:
-        dirs += _with_layout(Path(str(cfg.root)).expanduser(), layout)
+    if cfg.root:  # an explicit root is used or refused: never a silent fallback to another copy elsewhere
+        return [Path(os.path.abspath(d)) for d in _with_layout(Path(str(cfg.root)).expanduser(), layout)]
     env = os.environ.get(ENV_VAR)
     if env:
         dirs += _with_layout(Path(env).expanduser(), layout)
@@ -262,7 +263,10 @@ def _torchvision_download(name: str, root: Path) -> None:
         raise DataUnavailableError(f"downloading {name} into {root} failed: {first}") from None
 
 
-def _missing_message(name: str, looked: list[Path], needed: str) -> str:
+def _missing_message(name: str, looked: list[Path], needed: str, root=None) -> str:
+    if root:
+        return (f"data.root={str(root)!r} does not hold the {name} files (need {needed}; looked in: "
+                f"{', '.join(map(str, looked))}); allowed: a directory holding them, or data.download=true")
     how = f"set data.root=DIR or ${ENV_VAR}=DIR to a directory holding them"
     if name == "fmnist":
         how += ", run `apt-get install dataset-fashion-mnist`"
@@ -280,7 +284,7 @@ def _locate(
         if found is not None:
             return found
     if not cfg.download:
-        raise DataUnavailableError(_missing_message(name, looked, needed))
+        raise DataUnavailableError(_missing_message(name, looked, needed, cfg.root))
     root = _download_root(cfg)
     _torchvision_download(name, root)
     found = find(root / layout)

@@ -7,7 +7,9 @@ same environment protocol Fabric's launcher uses (``MASTER_ADDR``, ``MASTER_PORT
 ``LOCAL_RANK``, ``WORLD_SIZE``; Fabric then sees ``LOCAL_RANK`` and does not launch again), so all processes
 import and load their data in parallel. It does nothing under an external launcher (``torchrun``, SLURM:
 ``LOCAL_RANK`` / ``WORLD_SIZE`` already set), for several nodes, or when ``fabric.devices`` is not an integer
-> 1 (then Fabric launches as usual).
+> 1 (then Fabric launches as usual). Such a one-node run meets through a file store in a private temporary
+directory (``FLPLAT_RDZV_FILE``) and gloo binds to the loopback interface, so nothing listens on the network
+(:func:`flplat.engine.sharding.loopback_rendezvous`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import os
 import socket
 import subprocess
 import sys
+
+RDZV_ENV = "FLPLAT_RDZV_FILE"  # set for the processes of a one-node run started by launch_early
 
 
 def _command() -> list[str]:
@@ -42,6 +46,11 @@ def launch_early(fabric_cfg, command: list[str] | None = None) -> list[subproces
         port = s.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK="0", LOCAL_RANK="0",
                       WORLD_SIZE=str(devices))
+    # one node: rendezvous through a private file instead of a TCP store listening on every interface
+    # (flplat.engine.sharding.loopback_rendezvous); removed by finish()
+    import tempfile
+
+    os.environ[RDZV_ENV] = os.path.join(tempfile.mkdtemp(prefix="flplat-rdzv-"), "store")
     cmd = command or _command()
     return [subprocess.Popen(cmd, env={**os.environ, "LOCAL_RANK": str(r)}) for r in range(1, devices)]
 
@@ -52,5 +61,10 @@ def finish(procs: list[subprocess.Popen], rc: int) -> int:
         if rc != 0 and p.poll() is None:
             p.terminate()
         p.wait()
+    path = os.environ.pop(RDZV_ENV, None) if procs else None
+    if path:
+        import shutil
+
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     failed = [p.returncode for p in procs if p.returncode not in (0, None)]
     return rc if rc != 0 or not failed else failed[0]

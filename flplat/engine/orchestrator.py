@@ -18,6 +18,7 @@ import torch
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, Strategy
 from flplat.data.containers import FederatedData
 from flplat.engine.client import ClientTrainer
+from flplat.engine.failures import Diverged, reject_nonfinite
 from flplat.engine.state import ServerState, derive_seed
 from flplat.metrics.curves import curve_summary
 from flplat.metrics.evaluation import summarize
@@ -162,21 +163,36 @@ class Orchestrator:
         self.accuracy_window = accuracy_window
         self.final_metrics: dict[str, float] = {}
         self.final_series: dict[str, list[tuple[int, float]]] = {}
+        self.rng: np.random.Generator | None = None  # the server RNG (client sampling, strategy randomness)
+        self.meta: dict[str, object] = {}  # run identity callbacks share and checkpoints keep (e.g. the MLflow run id)
+        self.start_round = 1  # > 1 when resumed from a checkpoint (flplat.engine.checkpoint)
+        self.completed_round = 0  # last round whose server state is complete (0: none; None: inside a round)
+        self.failures = None  # a flplat.engine.failures.FailureModel (federation.failures), or None
 
     def _bytes(self, t: torch.Tensor | None) -> int:
         return 0 if t is None else t.numel() * t.element_size()
 
-    def run(self, init_weights: torch.Tensor) -> RunSummary:
+    def run(self, init_weights: torch.Tensor, resume: dict | None = None) -> RunSummary:
+        """Run rounds 1..T, or, with ``resume`` (a checkpoint payload, :mod:`flplat.engine.checkpoint`), continue
+        after the checkpoint's round from its server state, strategy state, RNGs and history."""
         strategy, ex = self.strategy, self.executor
-        rng = np.random.default_rng(derive_seed(self.seed, "server"))
-        self.state = strategy.init_state(init_weights, rng, ex)
+        rng = self.rng = np.random.default_rng(derive_seed(self.seed, "server"))
+        if resume is not None:
+            from flplat.engine.checkpoint import restore
+
+            self.start_round = restore(self, resume) + 1
+        else:
+            self.state = strategy.init_state(init_weights, rng, ex)
+        self.completed_round = self.start_round - 1
         for cb in self.callbacks:
             cb.on_start(self)
         status = "FAILED"
         try:
-            for t in range(1, self.rounds + 1):
+            for t in range(self.start_round, self.rounds + 1):
+                self.completed_round = None
                 self.state.round = t
                 self.history.append(self._round(t, rng))
+                self.completed_round = t
                 for cb in self.callbacks:
                     cb.on_round_end(self, t, self.history[-1])
             self._summarize_curve()
@@ -186,6 +202,9 @@ class Orchestrator:
             status = "FINISHED"
         except KeyboardInterrupt:
             status = "KILLED"
+            raise
+        except Exception as e:
+            self.meta["error"] = (str(e).strip().splitlines() or [type(e).__name__])[0][:500]
             raise
         finally:
             for cb in self.callbacks:
@@ -207,12 +226,25 @@ class Orchestrator:
         t0 = time.perf_counter()
         selected = strategy.select(self.state, rng, ex)
         plans = strategy.plan_round(self.state, selected)
-        results = ex.train(plans, t, strategy.mean_groups(self.state, plans))
-        self.state = strategy.aggregate(self.state, results, ex)
+        fm = self.failures
+        run_plans, fails, corrupt = fm.plan(plans, t) if fm is not None and fm.active else (plans, {}, set())
+        results = ex.train(run_plans, t, strategy.mean_groups(self.state, run_plans)) if run_plans else []
+        if corrupt:
+            results = fm.corrupt_results(results, corrupt)
+        trained = len({r.client for r in results})
+        results, rejected = reject_nonfinite(results)
+        if trained and rejected == trained and not corrupt:
+            raise Diverged(f"diverged at round {t}: every client's update is NaN/Inf (e.g. lower "
+                           f"federation.optimizer.lr)")
+        if results:  # a round without any result keeps the server state
+            self.state = strategy.aggregate(self.state, results, ex)
         n = np.array([r.num_samples for r in results], dtype=float)
         m: dict[str, float] = {
-            "train_loss": float(np.dot(n, [r.train_loss for r in results]) / max(n.sum(), 1.0)),
+            "train_loss": float(np.dot(n, [r.train_loss for r in results]) / n.sum()) if n.sum() else float("nan"),
             "num_participants": float(len({r.client for r in results})),
+            "failed_clients": fails.get("dropped_clients", 0.0) + rejected,
+            "straggler_clients": fails.get("straggler_clients", 0.0),
+            "rejected_clients": float(rejected),
         }
         if strategy.communicates:
             m["bytes_down"] = float(sum(self._bytes(p.weights) + p.extra_bytes_down for _, p in plans))

@@ -111,6 +111,41 @@ class ShardedExecutor(LocalExecutor):
                                     lambda mine: super(ShardedExecutor, self).compute(mine, fn, split, seed))
 
 
+def loopback_rendezvous() -> bool:
+    """For a one-node run started by :func:`flplat.engine.launch.launch_early` (``FLPLAT_RDZV_FILE`` set): make
+    torch's ``env://`` rendezvous use a ``FileStore`` at that private path instead of a TCP store (which listens
+    on all interfaces), and bind gloo's connections to the loopback interface. Multi-node runs (torchrun, SLURM)
+    are untouched. Returns whether it applied."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from flplat.engine.launch import RDZV_ENV
+
+    path = os.environ.get(RDZV_ENV)
+    if not path:
+        return False
+    import importlib
+
+    from torch.distributed import FileStore
+
+    rdzv = importlib.import_module("torch.distributed.rendezvous")  # the module (the package exports a function)
+
+    def handler(url: str, **kwargs):
+        q = dict(kv.split("=", 1) for kv in urlparse(url).query.split("&") if "=" in kv)
+        rank = int(q.get("rank", os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))))
+        world = int(q["world_size"] if "world_size" in q else os.environ["WORLD_SIZE"])
+        yield FileStore(path, world), rank, world
+        raise RuntimeError("flplat's file rendezvous cannot re-rendezvous")
+
+    rdzv._rendezvous_handlers["env"] = handler
+    if "GLOO_SOCKET_IFNAME" not in os.environ:
+        loop = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+        if loop:
+            os.environ["GLOO_SOCKET_IFNAME"] = loop
+    return True
+
+
 def is_main_process() -> bool:
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 

@@ -137,6 +137,22 @@ class ClientStore:
         self._file, self._blocks = d["file"], dict(d["blocks"])
         self._written, self.default = d["written"].copy(), d["default"]
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled compactly (checkpoints, :mod:`flplat.engine.checkpoint`): only the written rows, in the store's
+        dtype, whatever the storage (RAM blocks or a memory-mapped file)."""
+        d = self.__dict__.copy()
+        idx = np.flatnonzero(self._written)
+        d["_file"], d["_blocks"] = None, {}
+        d["_rows"] = torch.stack([self._row(int(k)).detach().cpu().clone() for k in idx]) if len(idx) else None
+        d["_row_ids"] = idx
+        return d
+
+    def __setstate__(self, d: dict[str, Any]) -> None:
+        rows, idx = d.pop("_rows"), d.pop("_row_ids")
+        self.__dict__.update(d)
+        for k, row in zip(idx, rows if rows is not None else []):
+            self._row(int(k)).copy_(row)
+
 
 @dataclass
 class ServerState:

@@ -10,7 +10,10 @@ with a warning when there is no validation split.
 Storage: ``sqlite:///mlruns/optuna.db`` by default; any RDB URL, or ``journal:PATH`` for Optuna's journal
 file storage, lets several workers share a study. Re-running the same command resumes the study. Grid
 workers running concurrently can draw the same point (Optuna's GridSampler documents this): a trial whose
-params were already completed reuses the stored value instead of training again.
+params were already completed reuses the stored value instead of training again, and one whose params another
+worker is training right now is pruned. A trial interrupted by Ctrl-C / SIGTERM (FAIL) is queued again by the
+next invocation (:func:`retry_interrupted`); one whose worker was killed outright is failed by its RDB heartbeat
+and retried by Optuna's ``RetryFailedTrialCallback``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, first_line
 from flplat.experiment import load_config
 
 
@@ -44,6 +47,16 @@ def load_space(path: str | Path, algorithm: str) -> dict[str, Any]:
         ok = (isinstance(spec, list) and spec) or (isinstance(spec, dict) and {"low", "high"} <= set(spec))
         if not ok:
             raise ConfigError(f"search space key {key!r}: give a non-empty list of values or {{low, high[, log]}}")
+        if isinstance(spec, dict):
+            try:
+                low, high = float(spec["low"]), float(spec["high"])
+            except (TypeError, ValueError):
+                raise ConfigError(f"search space key {key!r}: low / high must be numbers") from None
+            if not low <= high:
+                raise ConfigError(f"search space key {key!r}: low={spec['low']} > high={spec['high']}; allowed: "
+                                  "low <= high")
+            if spec.get("log") and low <= 0:
+                raise ConfigError(f"search space key {key!r}: log=true needs low > 0")
     return space
 
 
@@ -64,7 +77,44 @@ def make_storage(url: str):
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return url
+    try:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as e:
+        raise ConfigError(f"--storage={url!r} is not usable ({first_line(e)}); allowed: an RDB URL such as "
+                          "sqlite:///mlruns/optuna.db or postgresql://..., or journal:PATH") from None
+    # a heartbeat per running trial: a worker killed with SIGKILL leaves its trial RUNNING; once its heartbeat is
+    # stale Optuna marks it FAIL and the next worker retries its point (RetryFailedTrialCallback)
+    return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=3 * HEARTBEAT_S,
+                                      failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=3))
+
+
+HEARTBEAT_S = 30
+
+
+def retry_interrupted(study, space: dict[str, Any]) -> int:
+    """Queue again the grid points / parameter sets of trials that ended FAIL (a Ctrl-C, SIGTERM or crash
+    inside a trial) and that no other trial has completed, is running or has queued; returns how many. Optuna's
+    GridSampler counts a failed point as visited, so without this a re-run would skip it silently."""
+    import optuna
+
+    S = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    covered = [t.params or t.system_attrs.get("fixed_params", {}) for t in trials
+               if t.state in (S.COMPLETE, S.RUNNING, S.WAITING)]
+    queued = 0
+    for t in trials:
+        if t.state == S.FAIL and t.params and set(t.params) == set(space) and t.params not in covered:
+            study.enqueue_trial(dict(t.params), user_attrs={"retry_of": t.number})
+            if "grid_id" in t.system_attrs:  # the same grid point for GridSampler's bookkeeping (it needs one)
+                waiting = study.get_trials(deepcopy=False, states=(S.WAITING,))[-1]
+                for key in ("grid_id", "search_space"):
+                    study._storage.set_trial_system_attr(waiting._trial_id, key, t.system_attrs[key])
+            covered.append(t.params)
+            queued += 1
+    return queued
 
 
 def _suggest(trial, key: str, spec) -> Any:
@@ -91,15 +141,22 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     base = load_config(config, overrides)  # validates the base config before anything is created
     algo = base.algorithm.name
     space = load_space(space_path, algo)
-    for key, spec in space.items():  # every key must be a valid override of the base config
-        first = spec[0] if isinstance(spec, list) else spec["low"]
-        load_config(config, [*overrides, f"{key}={_fmt(first)}"])
+    for key, spec in space.items():  # every value must be a valid override of the base config, before any trial
+        for value in spec if isinstance(spec, list) else (spec["low"], spec["high"]):
+            try:
+                load_config(config, [*overrides, f"{key}={_fmt(value)}"])
+            except ConfigError as e:
+                raise ConfigError(f"search space {key}={_fmt(value)}: {e}") from None
+    storage_obj = make_storage(storage)
     grid = is_grid(space)
     sampler = (optuna.samplers.GridSampler(space, seed=int(base.seed)) if grid
                else optuna.samplers.TPESampler(seed=int(base.seed)))
     name = study_name or f"{base.tracking.experiment}-{algo}-{Path(space_path).stem}"
-    study = optuna.create_study(study_name=name, storage=make_storage(storage), sampler=sampler,
+    study = optuna.create_study(study_name=name, storage=storage_obj, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
+    retried = retry_interrupted(study, space)
+    if retried:
+        print(f"flplat tune: retrying {retried} interrupted trial(s)", file=sys.stderr)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if n_trials is None:
         n_trials = max(grid_size(space) - len(done), 0) if grid else 20
@@ -114,6 +171,9 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             if t.params == values:  # a concurrent grid worker already ran this point
                 return t.value
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if t.number != trial.number and t.params == values:  # another worker is training it right now
+                raise optuna.TrialPruned(f"point trained by trial {t.number}")
         over = [*overrides, *(f"{k}={_fmt(v)}" for k, v in values.items()),
                 f"tracking.run_name={name}-trial{trial.number}"]
         if parent:
@@ -146,16 +206,11 @@ def _ending(finish):
 
 
 def _client(cfg):
-    from mlflow.tracking import MlflowClient
+    from flplat.tracking.runs import ensure_experiment, open_client, store_uris
 
-    from flplat.tracking.runs import store_uris
-
-    uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir)
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(cfg.tracking.experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(cfg.tracking.experiment,
-                                                                    artifact_location=artifacts)
-    return client, exp_id
+    uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir, cfg.tracking.artifact_root)
+    client = open_client(uri)
+    return client, ensure_experiment(client, cfg.tracking.experiment, artifacts)
 
 
 def _parent_run(cfg, name: str, kind: str) -> str:

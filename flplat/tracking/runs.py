@@ -13,6 +13,7 @@ The run ends FINISHED, FAILED or KILLED (Ctrl-C), never left RUNNING.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import time
@@ -26,14 +27,144 @@ from flplat.engine.orchestrator import Callback, Orchestrator
 SQLITE_NAME = "mlflow.db"
 
 
-def store_uris(uri: str | None, store_dir: str = "mlruns") -> tuple[str, str | None]:
-    """(tracking URI, artifact location for new experiments or None to let the server decide)."""
+def store_uris(uri: str | None, store_dir: str = "mlruns", artifact_root: str | None = None
+               ) -> tuple[str, str | None]:
+    """(tracking URI, artifact location for new experiments or None to let the server decide).
+
+    Artifacts go to ``artifact_root`` (``tracking.artifact_root``) when given, else beside the store: a SQLite
+    store's artifacts in ``artifacts/`` next to its database file (also for ``MLFLOW_TRACKING_URI`` =
+    ``sqlite:////elsewhere/mlflow.db``, where MLflow alone would use ``./mlruns`` of the current directory); a
+    server (http, databricks, ...) decides itself."""
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
+        if artifact_root:
+            return uri, Path(artifact_root).resolve().as_uri()
+        if uri.startswith("sqlite:///"):
+            return uri, (Path(uri[len("sqlite:///"):]).resolve().parent / "artifacts").as_uri()
         return uri, None
+    if artifact_root:
+        root = Path(store_dir).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{root / SQLITE_NAME}", Path(artifact_root).resolve().as_uri()
     root = Path(store_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{root / SQLITE_NAME}", (root / "artifacts").as_uri()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive advisory lock on ``path`` (POSIX ``flock``; elsewhere no lock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def open_client(uri: str):
+    """An ``MlflowClient`` on ``uri`` whose store exists. A new SQLite store is created (tables, migrations) under
+    a file lock beside the database, so several runs started together on a store that does not exist yet do not
+    race in MLflow's table creation (which can leave the store broken: "table _alembic_tmp_tags already
+    exists")."""
+    from mlflow.tracking import MlflowClient
+
+    if not uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri=uri)
+    db = Path(uri[len("sqlite:///"):])
+    with _file_lock(db.with_name(db.name + ".lock")):
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)  # creates / upgrades the tables, one process at a time
+    return client
+
+
+def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
+    """The id of experiment ``name``, created if missing (a concurrent creator wins without an error)."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    except Exception:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def checkpoint_dir(tracking_cfg) -> Path:
+    """Where a run's checkpoints live: ``tracking.checkpoint_dir``, else beside the store: ``<dir of the SQLite
+    file>/checkpoints`` for a ``sqlite:///`` URI (``tracking.uri`` or ``$MLFLOW_TRACKING_URI``), else
+    ``<tracking.store_dir>/checkpoints`` (also for a remote server: checkpoints stay on this machine)."""
+    if tracking_cfg.checkpoint_dir:
+        return Path(tracking_cfg.checkpoint_dir)
+    uri = tracking_cfg.uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):]).parent / "checkpoints"
+    return Path(tracking_cfg.store_dir) / "checkpoints"
+
+
+def checkpoint_path(tracking_cfg, run_id: str) -> Path:
+    return checkpoint_dir(tracking_cfg) / f"{run_id}.pt"
+
+
+HEARTBEAT_TAG = "flplat.heartbeat"  # unix time (s) of the last sign of life of a RUNNING run
+HEARTBEAT_INTERVAL_TAG = "flplat.heartbeat_s"
+
+
+class Heartbeat:
+    """A daemon thread refreshing the heartbeat tag of a run (and of its parent: a sweep or study parent then
+    looks alive exactly while one of its children does) every ``interval`` seconds, whatever a round's length.
+    A SIGKILL or a power cut stops it, so a RUNNING run whose heartbeat is older than a few intervals is stale
+    (:func:`stale_runs`)."""
+
+    def __init__(self, client, run_ids: list[str], interval: float):
+        import threading
+
+        self.client, self.run_ids, self.interval = client, [r for r in run_ids if r], float(interval)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="flplat-heartbeat", daemon=True)
+
+    def beat(self) -> None:
+        now = str(int(time.time()))
+        for r in self.run_ids:
+            self.client.set_tag(r, HEARTBEAT_TAG, now)
+            self.client.set_tag(r, HEARTBEAT_INTERVAL_TAG, str(self.interval))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.beat()
+            except Exception:  # a failing store is reported by the round's logging, not by this thread
+                pass
+
+    def start(self) -> None:
+        self.beat()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def stale_runs(client, experiment_ids: list[str], now: float | None = None, factor: float = 3.0) -> list:
+    """RUNNING runs that show no sign of life: heartbeat older than ``factor`` × their interval + 60 s, or no
+    heartbeat at all (runs started before heartbeats existed, or parents whose children all died)."""
+    now = time.time() if now is None else now
+    out = []
+    for run in client.search_runs(experiment_ids, "attributes.status = 'RUNNING'", max_results=10000):
+        tags = run.data.tags
+        beat = tags.get(HEARTBEAT_TAG)
+        interval = float(tags.get(HEARTBEAT_INTERVAL_TAG, 30.0))
+        last = float(beat) if beat is not None else run.info.start_time / 1000.0
+        if now - last > factor * interval + 60.0:
+            out.append(run)
+    return out
 
 
 def _csv(columns: dict[str, Any]) -> str:
@@ -61,33 +192,63 @@ class MlflowCallback(Callback):
     def __init__(self, tracking_cfg, params: dict[str, Any], config_yaml: str, run_metrics: dict[str, float],
                  label_counts: np.ndarray, client_meta: dict[str, np.ndarray] | None = None):
         import mlflow  # noqa: F401  (import cost only when tracking is on)
-        from mlflow.tracking import MlflowClient
 
         self.cfg = tracking_cfg
-        uri, artifact_location = store_uris(tracking_cfg.uri, tracking_cfg.store_dir)
-        self.client = MlflowClient(tracking_uri=uri)
+        uri, artifact_location = store_uris(tracking_cfg.uri, tracking_cfg.store_dir,
+                                            getattr(tracking_cfg, "artifact_root", None))
+        self.client = open_client(uri)
         self.uri = uri
-        exp = self.client.get_experiment_by_name(tracking_cfg.experiment)
-        if exp is None:
-            self.experiment_id = self.client.create_experiment(tracking_cfg.experiment,
-                                                               artifact_location=artifact_location)
-        else:
-            self.experiment_id = exp.experiment_id
+        self.experiment_id = ensure_experiment(self.client, tracking_cfg.experiment, artifact_location)
         self.params = params
         self.config_yaml = config_yaml
         self.run_metrics = run_metrics
         self.label_counts = label_counts
         self.client_meta = client_meta or {}
         self.run_id: str | None = None
+        self.resume_run_id: str | None = None  # set: continue this run (flplat run --resume)
+        self.logged_up_to = 0  # rounds <= this are in the store already (a resumed run skips them)
+        self.heartbeat: Heartbeat | None = None
 
     # ------------------------------------------------------------------------------------------------
     def on_start(self, orch: Orchestrator) -> None:
+        if self.resume_run_id:
+            self._resume(orch)
+        else:
+            self._create(orch)
+        orch.meta["run_id"] = self.run_id
+        self.heartbeat = Heartbeat(self.client, [self.run_id, self.cfg.parent_run_id],
+                                   float(getattr(self.cfg, "heartbeat_s", 30.0)))
+        self.heartbeat.start()
+
+    def _resume(self, orch: Orchestrator) -> None:
+        """Reopen the run: RUNNING again, log the checkpoint's rounds the store lacks (a kill between the
+        checkpoint and the logging), and skip later rounds it already has (``checkpoint_every`` > 1)."""
+        from mlflow.entities import Metric
+
+        self.run_id = self.resume_run_id
+        self.client.update_run(self.run_id, status="RUNNING")
+        steps = [m.step for m in self.client.get_metric_history(self.run_id, "train_loss")]
+        self.logged_up_to = max(steps, default=0)
+        ts = int(time.time() * 1000)
+        for t, metrics in enumerate(orch.history, start=1):
+            if t > self.logged_up_to:
+                merged = {**self.run_metrics, **metrics}
+                self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), ts, t) for k, v in merged.items()
+                                                            if np.isfinite(v)])
+        self.logged_up_to = max(self.logged_up_to, len(orch.history))
+        n = int(self.client.get_run(self.run_id).data.tags.get("flplat.resumed", "0"))
+        self.client.set_tag(self.run_id, "flplat.resumed", str(n + 1))
+        self.client.set_tag(self.run_id, f"flplat.resumed_{n + 1}_at_round", str(orch.start_round - 1))
+
+    def _create(self, orch: Orchestrator) -> None:
         from mlflow.entities import Metric, Param
 
         tags = {"algorithm": str(self.params.get("algorithm.name")), "dataset": str(self.params.get("data.name")),
                 "partition": str(self.params.get("partition.name"))}
         if self.cfg.parent_run_id:
             tags["mlflow.parentRunId"] = self.cfg.parent_run_id
+        if orch.meta.get("client_state_dir"):
+            tags["flplat.client_state_dir"] = str(orch.meta["client_state_dir"])
         if "test_phase" in orch.data.meta:  # e.g. P(Y|X) shift: no test-phase accuracy is reported, and why
             tags["test_phase"] = str(orch.data.meta["test_phase"])
         run = self.client.create_run(self.experiment_id, run_name=self.cfg.run_name, tags=tags)
@@ -105,35 +266,58 @@ class MlflowCallback(Callback):
     def on_round_end(self, orch: Orchestrator, round: int, metrics: dict[str, float]) -> None:
         from mlflow.entities import Metric
 
+        if round <= self.logged_up_to:  # resumed: this round is in the store already (same values)
+            return
         ts = int(time.time() * 1000)
         # the partition's non-IID metrics are constant, but logged every round too so they chart beside the rest
         merged = {**self.run_metrics, **metrics}
         batch = [Metric(k, float(v), ts, round) for k, v in merged.items() if np.isfinite(v)]
-        self.client.log_batch(self.run_id, metrics=batch)
+        try:
+            self.client.log_batch(self.run_id, metrics=batch)
+        except Exception as e:  # the store went away / filled up / was locked for good: end FAILED, one line
+            from flplat.errors import TrackingStoreError
+
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            raise TrackingStoreError(f"tracking store {self.uri} failed at round {round}: {first}") from None
 
     def on_end(self, orch: Orchestrator, status: str) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         if self.run_id is None:
             return
         try:
-            final = {k: v for k, v in orch.final_metrics.items() if np.isfinite(v)}
-            if final:  # run-level summaries (best / windowed accuracy, last-rounds means, rounds to target)
-                from mlflow.entities import Metric
-
-                ts, step = int(time.time() * 1000), len(orch.history)
-                self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), ts, step) for k, v in final.items()])
-                self._series(orch.final_series)
-            if orch.client_table:
-                self.client.log_text(self.run_id, _csv(orch.client_table), "clients/final_client_metrics.csv")
-            if orch.state is not None:
-                for path, text in orch.strategy.artifacts(orch.state).items():
-                    self.client.log_text(self.run_id, text, path)
-                self._series(orch.strategy.series(orch.state))
-                if self.cfg.plots:
-                    self._scatter(orch.strategy.scatter(orch.state))
-            if self.cfg.plots and orch.history:
-                self._plots(orch)
+            self._finish(orch)
+        except Exception:
+            if status != "FAILED":
+                raise
         finally:
-            self.client.set_terminated(self.run_id, status)
+            try:
+                if status == "FAILED" and orch.meta.get("error"):
+                    self.client.set_tag(self.run_id, "flplat.error", str(orch.meta["error"]))
+                self.client.set_terminated(self.run_id, status)
+            except Exception:  # a broken store: the run stays RUNNING there; `flplat runs --stale` finds it
+                if status != "FAILED":
+                    raise
+
+    def _finish(self, orch: Orchestrator) -> None:
+        """Final metrics, series, artifacts and plots."""
+        final = {k: v for k, v in orch.final_metrics.items() if np.isfinite(v)}
+        if final:  # run-level summaries (best / windowed accuracy, last-rounds means, rounds to target)
+            from mlflow.entities import Metric
+
+            ts, step = int(time.time() * 1000), len(orch.history)
+            self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), ts, step) for k, v in final.items()])
+            self._series(orch.final_series)
+        if orch.client_table:
+            self.client.log_text(self.run_id, _csv(orch.client_table), "clients/final_client_metrics.csv")
+        if orch.state is not None:
+            for path, text in orch.strategy.artifacts(orch.state).items():
+                self.client.log_text(self.run_id, text, path)
+            self._series(orch.strategy.series(orch.state))
+            if self.cfg.plots:
+                self._scatter(orch.strategy.scatter(orch.state))
+        if self.cfg.plots and orch.history:
+            self._plots(orch)
 
     def _series(self, series: dict[str, list[tuple[int, float]]]) -> None:
         """Log each curve as a metric with its own steps, plus a line plot."""

@@ -1,0 +1,93 @@
+"""Simulated client failures (federation.failures): every registered algorithm survives rounds with drop-outs,
+stragglers and NaN/Inf updates, and rounds where every sampled client fails; the counts are logged per round;
+a round whose every real update is NaN stops the run with "diverged at round t"."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from flplat.algorithms import ALGORITHMS
+from flplat.algorithms.base import ClientPlan
+from flplat.engine.failures import FailureModel, reject_nonfinite
+from flplat.engine.orchestrator import Callback
+from flplat.errors import RunFailed
+from flplat.experiment import run
+
+
+def _timeless(history):
+    return [{k: v for k, v in h.items() if k != "round_time_s"} for h in history]
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_survives_failures(name, tiny_cfg):
+    from test_algorithms import CONFORMANCE_OVERRIDES
+
+    over = {"algorithm.name": name, "federation.rounds": 2, "federation.local_epochs": 2,
+            "federation.client_fraction": 0.7, **CONFORMANCE_OVERRIDES.get(name, {})}
+    s, _ = run(tiny_cfg(**over, **{"federation.failures.dropout": 0.3, "federation.failures.straggler": 0.3,
+                                   "federation.failures.corrupt": 0.2}), progress=False)
+    assert len(s.history) == 2
+    assert sum(h["failed_clients"] for h in s.history) > 0
+    assert np.isfinite(s.metrics["global_accuracy"])
+    assert np.isfinite(s.client_table["accuracy"]).all()
+    # rounds where every sampled client fails keep the server's models (no aggregate without results; a
+    # method may still re-estimate assignments from client-side losses at selection: IFCA, FeSEM, ...)
+    start = {}
+
+    class Start(Callback):
+        def on_start(self, orch):
+            start.update(weights=_clone(orch.state.weights), clusters=_clone(orch.state.clusters))
+
+    s, _ = run(tiny_cfg(**over, **{"federation.failures.dropout": 1.0}), callbacks=[Start()], progress=False)
+    assert [h["num_participants"] for h in s.history] == [0, 0]
+    assert [h["failed_clients"] > 0 for h in s.history] == [True, True]
+    for key in ("weights", "clusters"):
+        now = getattr(s.state, key)
+        assert (now is None) == (start[key] is None) and (now is None or torch.equal(now, start[key])), key
+
+
+def _clone(t):
+    return None if t is None else t.clone()
+
+
+def test_failure_draws_are_seeded_and_counted():
+    cfg = type("C", (), {"dropout": 0.5, "straggler": 0.5, "corrupt": 0.0, "straggler_policy": "partial"})
+    fm = FailureModel(cfg, seed=0, local_epochs=4)
+    plans = [(k, ClientPlan(weights=torch.zeros(3))) for k in range(40)]
+    a, counts, _ = fm.plan(plans, round=1)
+    b, _, _ = fm.plan(plans, round=1)
+    assert [c for c, _ in a] == [c for c, _ in b]  # seeded
+    assert 0 < counts["dropped_clients"] < 40 and len(a) == 40 - counts["dropped_clients"]
+    cut = [p.epochs for _, p in a if p.epochs is not None]
+    assert len(cut) == counts["straggler_clients"] and all(1 <= e <= 4 for e in cut)
+    # the same client fails the same way whoever else is sampled
+    alone, _, _ = fm.plan([plans[a[0][0]]], round=1)
+    assert [c for c, _ in alone] == [a[0][0]]
+    cfg.straggler_policy = "drop"
+    d, counts_d, _ = FailureModel(cfg, seed=0, local_epochs=4).plan(plans, round=1)
+    assert len(d) == 40 - counts["dropped_clients"] - counts["straggler_clients"]
+
+
+def test_nonfinite_updates_are_rejected():
+    from flplat.algorithms.base import ClientResult
+
+    rs = [ClientResult(0, torch.ones(3), 5, 0.1), ClientResult(1, torch.tensor([1.0, float("nan"), 0.0]), 5, 0.1),
+          ClientResult(2, torch.tensor([float("inf"), 0.0, 0.0]), 5, 0.1), ClientResult(1, torch.ones(3), 5, 0.1)]
+    kept, rejected = reject_nonfinite(rs)
+    assert [r.client for r in kept] == [0] and rejected == 2  # client 1 fails as a whole (all its jobs)
+
+
+def test_stragglers_do_less_work(tiny_cfg):
+    s, _ = run(tiny_cfg(**{"federation.local_epochs": 4, "federation.rounds": 2, "federation.client_fraction": 1.0,
+                           "federation.failures.straggler": 1.0}), progress=False)
+    full, _ = run(tiny_cfg(**{"federation.local_epochs": 4, "federation.rounds": 2,
+                              "federation.client_fraction": 1.0}), progress=False)
+    assert [h["straggler_clients"] for h in s.history] == [6, 6]
+    assert _timeless(s.history) != _timeless(full.history)
+
+
+def test_diverged_run_stops_with_one_line(tiny_cfg):
+    with pytest.raises(RunFailed, match="diverged at round 1"):
+        run(tiny_cfg(**{"federation.optimizer.lr": "1e30", "federation.optimizer.name": "sgd"}), progress=False)
