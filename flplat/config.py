@@ -36,6 +36,8 @@ class DataConfig:
     name: str = "digits"
     root: str | None = None  # directory with the raw files; None: documented locations / $FLPLAT_DATA
     download: bool = False  # let torchvision download when the files are not found locally
+    cache: bool = True  # keep decoded, standardised image files on disk (keyed by the files' SHA-256)
+    cache_dir: str | None = None  # where; None: ~/.cache/flplat/decoded
     max_train_samples: int = 0  # > 0: keep a random subset of this many training-pool samples (CPU-sized runs)
     max_test_samples: int = 0  # > 0: the same for the official (global) test set
     # `synthetic` only: a Gaussian-mixture classification task
