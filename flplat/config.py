@@ -106,6 +106,7 @@ class FederationConfig:
     eval_every: int = 1  # evaluate every client each n rounds (the last round always)
     accuracy_window: int = 30  # rounds per window of the windowed average accuracy (CAFA Table IV)
     eval_batch_size: int = 1024
+    batched_eval: bool = True  # clients sharing a model (global / cluster) scored in one pass; false: one by one
     client_state_dtype: str = "float32"  # per-client state rows (personalised models): float32 | float16
     client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM)
     vectorize: bool = False  # train clients in vmap groups (flplat/engine/vectorized.py); falls back per client, logged

@@ -179,6 +179,7 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     executor = make_executor(p.trainer, p.data, int(cfg.seed), bool(f.vectorize), int(f.vectorize_group))
     orch = Orchestrator(p.strategy, executor, p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs,
-                        int(cfg.federation.accuracy_window), metrics_cfg=cfg.metrics)
+                        int(cfg.federation.accuracy_window), metrics_cfg=cfg.metrics,
+                        batched_eval=bool(f.batched_eval))
     summary = orch.run(p.init_weights)
     return summary, (tracker.run_id if tracker else None)

@@ -17,6 +17,7 @@ import torch
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, Strategy
 from flplat.data.containers import FederatedData
+from flplat.engine.batched_eval import evaluate_shared, shared_model_groups
 from flplat.engine.client import ClientTrainer
 from flplat.engine.state import ServerState, derive_seed
 from flplat.metrics.curves import curve_summary
@@ -72,6 +73,13 @@ class LocalExecutor:
                                              self.data.indices(client, split)))
             loaded = weights
         return out
+
+    def evaluate_groups(self, groups: Sequence[tuple[torch.Tensor, Sequence[int]]], split: str = "test"
+                        ) -> list[EvalResult]:
+        """Score each group's clients with the group's model in one pass (see :mod:`flplat.engine.batched_eval`);
+        results in the order of the groups' clients."""
+        return [r for weights, clients in groups if len(clients)
+                for r in self.trainer.evaluate_many(weights, clients, [self.data.indices(c, split) for c in clients])]
 
     def compute(self, requests: Sequence[tuple[int, torch.Tensor | None]], fn, split: str = "train",
                 seed: int = 0) -> list:
@@ -145,7 +153,7 @@ class RunSummary:
 class Orchestrator:
     def __init__(self, strategy: Strategy, executor: LocalExecutor, data: FederatedData, rounds: int,
                  eval_every: int, seed: int, callbacks: Sequence[Callback] = (), accuracy_window: int = 30,
-                 metrics_cfg=None):
+                 metrics_cfg=None, batched_eval: bool = True):
         from flplat.config import MetricsConfig
 
         self.metrics_cfg = metrics_cfg if metrics_cfg is not None else MetricsConfig()
@@ -160,6 +168,7 @@ class Orchestrator:
         self.client_table: dict[str, np.ndarray] = {}
         self.state: ServerState | None = None
         self.accuracy_window = accuracy_window
+        self.batched_eval = batched_eval  # clients sharing a model scored in one pass (flplat/engine/batched_eval.py)
         self.final_metrics: dict[str, float] = {}
         self.final_series: dict[str, list[tuple[int, float]]] = {}
 
@@ -285,8 +294,12 @@ class Orchestrator:
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """Score every client on its ``split`` with the model it would use; on ``test`` also the pooled global
         test set (single-model methods) and the per-client table."""
-        requests = LazyRequests(range(self.data.num_clients), lambda k: self.strategy.eval_weights(self.state, k))
-        res = self.executor.evaluate(requests, split)
+        groups = shared_model_groups(self.strategy, self.state, self.data.num_clients) if self.batched_eval else None
+        if groups is not None:
+            res = evaluate_shared(self.executor, groups, split, self.data.num_clients)
+        else:
+            requests = LazyRequests(range(self.data.num_clients), lambda k: self.strategy.eval_weights(self.state, k))
+            res = self.executor.evaluate(requests, split)
         correct = np.array([r.correct for r in res], dtype=float)
         n = np.array([r.num_samples for r in res], dtype=float)
         loss = np.array([r.loss_sum for r in res], dtype=float)

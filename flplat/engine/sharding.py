@@ -106,6 +106,16 @@ class ShardedExecutor(LocalExecutor):
     def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
         return self._scatter_gather(requests, split, lambda mine: super(ShardedExecutor, self).evaluate(mine, split))
 
+    def evaluate_groups(self, groups, split: str = "test") -> list[EvalResult]:
+        """Batched evaluation of shared models: the groups' clients balanced over the processes by test size (one
+        object gather for all groups)."""
+        pairs = [(g, c) for g, (_, clients) in enumerate(groups) for c in clients]
+        sizes = [len(self.data.indices(c, split)) for _, c in pairs]
+        mine = balance(sizes, self.fabric.world_size)[self.fabric.global_rank]
+        sub = [(w, [pairs[i][1] for i in mine if pairs[i][0] == g]) for g, (w, _) in enumerate(groups)]
+        local = super().evaluate_groups(sub, split)
+        return [r for part in self._gather_objects(local) for r in part]
+
     def compute(self, requests, fn, split: str = "train", seed: int = 0) -> list:
         return self._scatter_gather(requests, split,
                                     lambda mine: super(ShardedExecutor, self).compute(mine, fn, split, seed))
