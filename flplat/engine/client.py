@@ -245,9 +245,9 @@ class ClientTrainer:
                 cell = own * c + yb
                 by_class[0] += torch.bincount(cell[hit], minlength=g * c)
                 by_class[1] += torch.bincount(cell, minlength=g * c)
-        loss, correct, sizes = loss.tolist(), correct.tolist(), sizes.tolist()
         cc, ct = by_class.view(2, g, c).cpu().tolist() if c else ([()] * g, [()] * g)
-        return [EvalResult(k, loss[i], correct[i], sizes[i], tuple(cc[i]), tuple(ct[i])) for i, k in enumerate(clients)]
+        return list(map(EvalResult, clients, loss.tolist(), correct.tolist(), sizes.tolist(), map(tuple, cc),
+                        map(tuple, ct)))
 
     def compute(self, client: int, weights: torch.Tensor | None, indices: np.ndarray, fn, seed: int):
         """Run a strategy's client-side function ``fn(ClientView)`` with ``weights`` on the pool rows ``indices``."""

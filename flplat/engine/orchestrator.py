@@ -78,8 +78,9 @@ class LocalExecutor:
                         ) -> list[EvalResult]:
         """Score each group's clients with the group's model in one pass (see :mod:`flplat.engine.batched_eval`);
         results in the order of the groups' clients."""
+        index = self.data.indices
         return [r for weights, clients in groups if len(clients)
-                for r in self.trainer.evaluate_many(weights, clients, [self.data.indices(c, split) for c in clients])]
+                for r in self.trainer.evaluate_many(weights, clients, [index(c, split) for c in clients])]
 
     def compute(self, requests: Sequence[tuple[int, torch.Tensor | None]], fn, split: str = "train",
                 seed: int = 0) -> list:
