@@ -221,6 +221,7 @@ def _cached_arrays(cfg: DataConfig, name: str, sources: Iterable[Path],
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=root))
+        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide a shared cache_dir from other users
         for key, t in arrays.items():
             np.save(tmp / f"{key}.npy", t.numpy())
         try:
