@@ -223,8 +223,14 @@ def run_side(side: str, args, argv: list[str], tmp: Path) -> dict:
                *flplat_overrides(args), *threads, *SIDE_OVERRIDES[side]]
         env["COLUMNS"] = "200"
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stdout, stderr = p.communicate()
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 15)  # the side's whole process group (its second process too)
+        stdout, stderr = p.communicate()
+        raise SystemExit(f"{side} did not finish in {args.timeout} s:\n{stderr[-3000:]}") from None
     wall = time.perf_counter() - t0
     ru = getattr(p, "rusage", None)
     if p.returncode != 0:
@@ -272,6 +278,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads of the 1-process sides (0: torch's default, one per core)")
     ap.add_argument("--sides", default="ref1,flplat1,ref2,flplat2,flplatvec")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds before a side's run is stopped")
     ap.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--procs", type=int, default=1, help=argparse.SUPPRESS)
