@@ -42,8 +42,9 @@ Decoded cache
 Decoding and standardising the image files costs seconds per run (60,000 FMNIST images: gunzip, a float32
 copy, the per-channel standardisation), so the resulting tensors are kept as ``.npy`` files under
 ``data.cache_dir`` (default ``~/.cache/flplat/decoded``), keyed by the SHA-256 of the source files, the
-normalisation constants and a format version (:data:`DECODED_CACHE_VERSION`); a later run reads them instead
-(a bit-identical result). ``data.cache=false`` turns the cache off. See :func:`_cached_arrays`.
+normalisation constants and a format version (:data:`DECODED_CACHE_VERSION`); a later run maps them
+(copy-on-write ``np.load(..., mmap_mode="c")``: no up-front read, pages shared by the processes of a sharded
+run) instead of decoding (a bit-identical result). ``data.cache=false`` turns the cache off. See :func:`_cached_arrays`.
 """
 
 from __future__ import annotations
@@ -214,7 +215,9 @@ def _cached_arrays(cfg: DataConfig, name: str, sources: Iterable[Path],
     entry = root / f"{name}-{h.hexdigest()[:24]}"
     if entry.is_dir():
         try:
-            return {f.stem: torch.from_numpy(np.load(f)) for f in sorted(entry.glob("*.npy"))}
+            # memory-mapped copy-on-write: pages are read on first touch and shared by the processes of a
+            # sharded run through the page cache; writes (none expected) stay private to the process
+            return {f.stem: torch.from_numpy(np.load(f, mmap_mode="c")) for f in sorted(entry.glob("*.npy"))}
         except (OSError, ValueError):  # an unreadable entry: decode again and replace it
             shutil.rmtree(entry, ignore_errors=True)
     arrays = build()
