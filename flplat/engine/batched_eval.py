@@ -22,11 +22,64 @@ prediction on an exact tie could in principle differ; tests/test_evaluation.py c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from flplat.algorithms.base import ClusteredStrategy, EvalResult, Strategy
 from flplat.engine.state import ServerState
+
+
+@dataclass
+class EvalColumns:
+    """Per-client evaluation results as columns (one row per client; the fields of
+    :class:`~flplat.algorithms.base.EvalResult`): at 10,000 clients, building, gathering and reading one object per
+    client would cost more than the forward passes. ``class_correct`` / ``class_total`` are ``(m, C)``, with C = 0
+    when per-class counts were not computed."""
+
+    client: np.ndarray
+    loss_sum: np.ndarray
+    correct: np.ndarray
+    num_samples: np.ndarray
+    class_correct: np.ndarray
+    class_total: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.client)
+
+    @classmethod
+    def from_results(cls, results: Sequence[EvalResult]) -> EvalColumns:
+        c = {len(r.class_total) for r in results}
+        width = c.pop() if len(c) == 1 else 0  # per-class counts only when every client has them
+        per_class = [np.array([r.class_correct for r in results], dtype=np.int64).reshape(len(results), width),
+                     np.array([r.class_total for r in results], dtype=np.int64).reshape(len(results), width)] \
+            if width else [np.zeros((len(results), 0), dtype=np.int64)] * 2
+        return cls(np.array([r.client for r in results], dtype=np.int64),
+                   np.array([r.loss_sum for r in results], dtype=np.float64),
+                   np.array([r.correct for r in results], dtype=np.int64),
+                   np.array([r.num_samples for r in results], dtype=np.int64), *per_class)
+
+    @classmethod
+    def concat(cls, parts: Sequence[EvalColumns], num_classes: int = 0) -> EvalColumns:
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            z = np.zeros(0, dtype=np.int64)
+            return cls(z, z.astype(np.float64), z, z, np.zeros((0, num_classes), np.int64),
+                       np.zeros((0, num_classes), np.int64))
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in
+                     ("client", "loss_sum", "correct", "num_samples", "class_correct", "class_total")))
+
+    def take(self, rows: np.ndarray) -> EvalColumns:
+        return EvalColumns(self.client[rows], self.loss_sum[rows], self.correct[rows], self.num_samples[rows],
+                           self.class_correct[rows], self.class_total[rows])
+
+    def results(self) -> list[EvalResult]:
+        """One :class:`EvalResult` per row (for callers that want objects)."""
+        return [EvalResult(int(k), float(loss), int(cor), int(n), tuple(cc), tuple(ct)) for k, loss, cor, n, cc, ct
+                in zip(self.client.tolist(), self.loss_sum.tolist(), self.correct.tolist(),
+                       self.num_samples.tolist(), self.class_correct.tolist(), self.class_total.tolist())]
 
 
 def shared_model_groups(strategy: Strategy, state: ServerState, num_clients: int
@@ -52,10 +105,10 @@ def shared_model_groups(strategy: Strategy, state: ServerState, num_clients: int
 
 
 def evaluate_shared(executor, groups: list[tuple[torch.Tensor, list[int]]], split: str,
-                    num_clients: int) -> list[EvalResult]:
+                    num_clients: int) -> EvalColumns:
     """Every client's result, in client order, from the executor's batched ``evaluate_groups``."""
-    flat = executor.evaluate_groups(groups, split)
-    out: list[EvalResult | None] = [None] * num_clients
-    for r in flat:
-        out[r.client] = r
-    return out
+    cols = executor.evaluate_groups(groups, split)
+    order = np.argsort(cols.client, kind="stable")
+    if len(order) != num_clients or not np.array_equal(cols.client[order], np.arange(num_clients)):
+        raise RuntimeError("batched evaluation did not return exactly one result per client")
+    return cols.take(order)

@@ -215,12 +215,12 @@ class ClientTrainer:
         return self._score(client, weights, self.x, self.y, idx)
 
     @torch.no_grad()
-    def evaluate_many(self, weights: torch.Tensor, clients: Sequence[int], indices: Sequence[np.ndarray]
-                      ) -> list[EvalResult]:
+    def evaluate_many(self, weights: torch.Tensor, clients: Sequence[int], indices: Sequence[np.ndarray]):
         """Score one model on several clients' rows in one pass over the union of the rows (chunks of
         ``eval_batch_size``): per-row losses and hits are summed per client with ``index_add``/``bincount``, so the
         counts equal :meth:`evaluate`'s per client; losses are summed in float64 (the per-client loop sums float32
-        batch sums, so they agree to float rounding). See :mod:`flplat.engine.batched_eval`."""
+        batch sums, so they agree to float rounding). Returns an :class:`~flplat.engine.batched_eval.EvalColumns`
+        (one row per client, in the order of ``clients``). See :mod:`flplat.engine.batched_eval`."""
         dev = self.fabric.device
         self.layout.load(weights)
         self.module.eval()
@@ -245,9 +245,11 @@ class ClientTrainer:
                 cell = own * c + yb
                 by_class[0] += torch.bincount(cell[hit], minlength=g * c)
                 by_class[1] += torch.bincount(cell, minlength=g * c)
-        cc, ct = by_class.view(2, g, c).cpu().tolist() if c else ([()] * g, [()] * g)
-        return list(map(EvalResult, clients, loss.tolist(), correct.tolist(), sizes.tolist(), map(tuple, cc),
-                        map(tuple, ct)))
+        from flplat.engine.batched_eval import EvalColumns
+
+        per_class = by_class.view(2, g, c).cpu().numpy()
+        return EvalColumns(np.asarray(clients, dtype=np.int64), loss.cpu().numpy(), correct.cpu().numpy(),
+                           sizes.numpy(), per_class[0], per_class[1])
 
     def compute(self, client: int, weights: torch.Tensor | None, indices: np.ndarray, fn, seed: int):
         """Run a strategy's client-side function ``fn(ClientView)`` with ``weights`` on the pool rows ``indices``."""

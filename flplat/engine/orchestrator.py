@@ -17,7 +17,7 @@ import torch
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, Strategy
 from flplat.data.containers import FederatedData
-from flplat.engine.batched_eval import evaluate_shared, shared_model_groups
+from flplat.engine.batched_eval import EvalColumns, evaluate_shared, shared_model_groups
 from flplat.engine.client import ClientTrainer
 from flplat.engine.state import ServerState, derive_seed
 from flplat.metrics.curves import curve_summary
@@ -75,12 +75,12 @@ class LocalExecutor:
         return out
 
     def evaluate_groups(self, groups: Sequence[tuple[torch.Tensor, Sequence[int]]], split: str = "test"
-                        ) -> list[EvalResult]:
+                        ) -> EvalColumns:
         """Score each group's clients with the group's model in one pass (see :mod:`flplat.engine.batched_eval`);
-        results in the order of the groups' clients."""
+        one row per client, in the order of the groups' clients."""
         index = self.data.indices
-        return [r for weights, clients in groups if len(clients)
-                for r in self.trainer.evaluate_many(weights, clients, [index(c, split) for c in clients])]
+        return EvalColumns.concat([self.trainer.evaluate_many(weights, clients, [index(c, split) for c in clients])
+                                   for weights, clients in groups if len(clients)])
 
     def compute(self, requests: Sequence[tuple[int, torch.Tensor | None]], fn, split: str = "train",
                 seed: int = 0) -> list:
@@ -300,15 +300,13 @@ class Orchestrator:
             res = evaluate_shared(self.executor, groups, split, self.data.num_clients)
         else:
             requests = LazyRequests(range(self.data.num_clients), lambda k: self.strategy.eval_weights(self.state, k))
-            res = self.executor.evaluate(requests, split)
-        correct = np.array([r.correct for r in res], dtype=float)
-        n = np.array([r.num_samples for r in res], dtype=float)
-        loss = np.array([r.loss_sum for r in res], dtype=float)
+            res = EvalColumns.from_results(self.executor.evaluate(requests, split))
+        correct, n, loss = (a.astype(float) for a in (res.correct, res.num_samples, res.loss_sum))
         out = summarize(correct, n)
         out["test_loss"] = float(loss.sum() / max(n.sum(), 1.0))
         c = self.data.num_classes
-        if res and all(len(r.class_total) == c for r in res):  # Few/Medium/Many accuracy (DA-PFL Table IV)
-            buckets = bucket_accuracy(np.array([r.class_correct for r in res]), np.array([r.class_total for r in res]),
+        if len(res) and res.class_total.shape[1] == c:  # Few/Medium/Many accuracy (DA-PFL Table IV)
+            buckets = bucket_accuracy(res.class_correct, res.class_total,
                                       self.data.label_counts("train"), list(self.metrics_cfg.class_bucket_edges))
             out.update({k: v for k, v in buckets.items() if np.isfinite(v)})  # an empty bucket: no metric
         if split != "test":

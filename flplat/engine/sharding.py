@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult
+from flplat.engine.batched_eval import EvalColumns
 from flplat.engine.orchestrator import LocalExecutor
 
 
@@ -106,7 +107,7 @@ class ShardedExecutor(LocalExecutor):
     def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
         return self._scatter_gather(requests, split, lambda mine: super(ShardedExecutor, self).evaluate(mine, split))
 
-    def evaluate_groups(self, groups, split: str = "test") -> list[EvalResult]:
+    def evaluate_groups(self, groups, split: str = "test"):
         """Batched evaluation of shared models: the groups' clients balanced over the processes by test size (one
         object gather for all groups)."""
         pairs = [(g, c) for g, (_, clients) in enumerate(groups) for c in clients]
@@ -114,7 +115,7 @@ class ShardedExecutor(LocalExecutor):
         mine = balance(sizes, self.fabric.world_size)[self.fabric.global_rank]
         sub = [(w, [pairs[i][1] for i in mine if pairs[i][0] == g]) for g, (w, _) in enumerate(groups)]
         local = super().evaluate_groups(sub, split)
-        return [r for part in self._gather_objects(local) for r in part]
+        return EvalColumns.concat(self._gather_objects(local))  # one object per process, not per client
 
     def evaluate_global(self, weights: torch.Tensor) -> EvalResult | None:
         """The pooled global test set scored in equal row shares per process, the counts summed with one
