@@ -36,6 +36,8 @@ class DataConfig:
     name: str = "digits"
     root: str | None = None  # directory with the raw files; None: documented locations / $FLPLAT_DATA
     download: bool = False  # let torchvision download when the files are not found locally
+    cache: bool = True  # keep decoded, standardised image files on disk (keyed by the files' SHA-256)
+    cache_dir: str | None = None  # where; None: ~/.cache/flplat/decoded
     max_train_samples: int = 0  # > 0: keep a random subset of this many training-pool samples (CPU-sized runs)
     max_test_samples: int = 0  # > 0: the same for the official (global) test set
     # `synthetic` only: a Gaussian-mixture classification task
@@ -115,6 +117,7 @@ class FederationConfig:
     eval_every: int = 1  # evaluate every client each n rounds (the last round always)
     accuracy_window: int = 30  # rounds per window of the windowed average accuracy (CAFA Table IV)
     eval_batch_size: int = 1024
+    batched_eval: bool = True  # clients sharing a model (global / cluster) scored in one pass; false: one by one
     client_state_dtype: str = "float32"  # per-client state rows (personalised models): float32 | float16
     client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM); each
     #                                    run (each process) uses its own subdirectory run-<key>, removed at the end

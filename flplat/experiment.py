@@ -229,7 +229,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     executor = make_executor(p.trainer, p.data, int(cfg.seed), bool(f.vectorize), int(f.vectorize_group))
     orch = Orchestrator(p.strategy, executor, p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs,
-                        int(cfg.federation.accuracy_window), metrics_cfg=cfg.metrics)
+                        int(cfg.federation.accuracy_window), metrics_cfg=cfg.metrics,
+                        batched_eval=bool(f.batched_eval))
     from flplat.engine.failures import FailureModel
 
     orch.failures = FailureModel(cfg.federation.failures, int(cfg.seed), int(cfg.federation.local_epochs))

@@ -321,3 +321,34 @@ def test_cifar_pickle_only_admits_numpy(isolated: Path) -> None:
         pickle.dump({"data": Evil(), "labels": []}, fh, protocol=2)
     with pytest.raises(DataFormatError, match="not allowed"):
         load_dataset(DataConfig(name="cifar10", root=str(root)), 0)
+
+
+def test_decoded_cache_is_reused_and_keyed_by_file_contents(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, cache = isolated / "data", isolated / "decoded"
+    arrays = _write_idx_set(root, gz=True)
+    cfg = DataConfig(name="fmnist", root=str(root), cache_dir=str(cache))
+    first = load_dataset(cfg, 0)
+    assert len(list(cache.iterdir())) == 1  # one entry, no temporary directory left behind
+
+    def no_decode(path):
+        raise AssertionError(f"decoded {path} although the cache holds it")
+
+    with monkeypatch.context() as m:
+        m.setattr(ds, "read_idx", no_decode)
+        again = load_dataset(cfg, 0)
+    for key in ("x_train", "y_train", "x_test", "y_test"):
+        assert torch.equal(getattr(first, key), getattr(again, key))
+    assert torch.equal(again.x_train, _expected(arrays["train-images-idx3-ubyte"][:, None], "fmnist"))
+
+    changed = arrays["train-images-idx3-ubyte"][::-1].copy()  # new contents under the same file name
+    _write(root / "train-images-idx3-ubyte", _idx_bytes(changed), gz=True)
+    fresh = load_dataset(cfg, 0)
+    assert torch.equal(fresh.x_train, _expected(changed[:, None], "fmnist"))
+    assert len(list(cache.iterdir())) == 2
+
+
+def test_decoded_cache_off(isolated: Path) -> None:
+    root, cache = isolated / "data", isolated / "decoded"
+    _write_idx_set(root, gz=False)
+    load_dataset(DataConfig(name="mnist", root=str(root), cache=False, cache_dir=str(cache)), 0)
+    assert not cache.exists()

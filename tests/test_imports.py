@@ -18,3 +18,15 @@ def test_importing_the_platform_and_every_algorithm_stays_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "", f"imported at start-up: {out.stdout.strip()}"
+
+
+def test_preparing_a_fedavg_run_without_tracking_stays_light():
+    """The whole assembly of a plain run (data, partition, partition metrics, model, Fabric) needs none of the
+    heavy optional stacks: no POT/scikit-learn for the EMD partition metric, no MLflow with tracking off."""
+    code = ("import sys, flplat.experiment as c; "
+            "c.prepare(c.load_config(None, ['data.name=synthetic', 'tracking.enabled=false', "
+            "'fabric.accelerator=cpu'])); "
+            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1:] in ([], [""]), f"imported by prepare: {out.stdout.strip()}"

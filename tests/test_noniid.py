@@ -122,6 +122,20 @@ def test_emd_uniform_is_total_variation_and_index_by_hand() -> None:
         emd(p, q, ground="euclid")
 
 
+@pytest.mark.parametrize("ground", ["uniform", "index"])
+def test_emd_closed_form_equals_pots_exact_solver(ground: str) -> None:
+    ot = pytest.importorskip("ot")
+    from flplat.metrics.noniid import ground_cost
+
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.full(7, 0.3), size=20) * rng.integers(1, 50, size=(20, 1))  # unnormalised counts too
+    q = rng.dirichlet(np.ones(7))
+    m = ground_cost(7, ground)
+    want = [ot.emd2(row / row.sum(), q / q.sum(), m) for row in p]
+    np.testing.assert_allclose(emd(p, q, ground), want, atol=1e-12)
+    assert np.isnan(emd([0.0, 0.0], [0.5, 0.5], ground)) and np.isnan(emd([np.nan, 1.0], [0.5, 0.5], ground))
+
+
 def test_identical_distributions_give_zero() -> None:
     counts = np.array([[5, 3, 2], [10, 6, 4], [15, 9, 6]])
     summary = noniid_summary(counts)

@@ -9,16 +9,20 @@ import pytest
 from conftest import REPO
 
 
-@pytest.mark.parametrize("script, args", [
-    ("bench_fedavg.py", ["--rounds", "1", "--repeats", "1", "--no-warmup"]),
-    ("bench_vectorized.py", ["--rounds", "2", "--repeats", "1", "--clients", "20"]),
-    ("bench_clustering.py", ["--clients", "30", "--repeats", "0"]),
+@pytest.mark.parametrize("script, args, expect", [
+    ("bench_fedavg.py", ["--rounds", "1", "--repeats", "1", "--no-warmup"], "median"),
+    ("bench_vectorized.py", ["--rounds", "2", "--repeats", "1", "--clients", "20"], "median"),
+    ("bench_clustering.py", ["--clients", "30", "--repeats", "0"], "median"),
+    ("bench_eval.py", ["--clients", "40", "--hidden", "16", "--repeats", "1"], "batched / lower bound"),
+    pytest.param("bench_e2e.py", ["--clients", "20", "--hidden", "16", "--rounds", "2", "--repeats", "1",
+                                  "--sides", "ref1,flplat1,ref2,flplat2", "--threads", "1"], "e2e target",
+                 marks=pytest.mark.slow),
 ])
-def test_benchmark_scripts_run(script, args):
+def test_benchmark_scripts_run(script, args, expect):
     res = subprocess.run([sys.executable, str(REPO / "tools" / script), *args], cwd=REPO, capture_output=True,
                          text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "median" in res.stdout
+    assert expect in res.stdout
 
 
 def test_dapfl_tool_gives_ifca_the_papers_number_of_clusters():

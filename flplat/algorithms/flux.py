@@ -47,7 +47,6 @@ from functools import partial
 
 import numpy as np
 import torch
-from scipy.spatial.distance import cdist
 from threadpoolctl import threadpool_limits
 
 from flplat.algorithms import register
@@ -66,6 +65,14 @@ from flplat.maths.flux_descriptors import (
     projected_ranges,
     shared_pca,
 )
+
+
+def cdist(a, b):
+    """Pairwise Euclidean distances (scipy's ``cdist``, imported on first use: scipy.spatial is slow to import)."""
+    from scipy.spatial.distance import cdist as scipy_cdist
+
+    return scipy_cdist(a, b)
+
 
 CLUSTERINGS = ("dbscan", "kmeans")
 AGGREGATIONS = ("hard", "soft")

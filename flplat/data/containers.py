@@ -82,15 +82,23 @@ class FederatedData:
         """Client ids of the unseen (test-only) clients."""
         return list(range(self.num_clients, self.num_clients + len(self.unseen)))
 
+    def _split_indices(self, split: str) -> list[np.ndarray]:
+        """Every training client's ``split`` indices (without a method call per client: 10,000 clients)."""
+        if split == "all":
+            return [self.indices(k, split) for k in range(self.num_clients)]
+        return [getattr(c, split) for c in self.clients]
+
     def num_samples(self, split: str = "train") -> np.ndarray:
-        return np.array([len(self.indices(k, split)) for k in range(self.num_clients)], dtype=np.int64)
+        return np.fromiter(map(len, self._split_indices(split)), dtype=np.int64, count=self.num_clients)
 
     def label_counts(self, split: str = "train") -> np.ndarray:
-        """(K, C) matrix of per-client label counts on a split (what clients report to the server)."""
+        """(K, C) matrix of per-client label counts on a split (what clients report to the server); one
+        ``bincount`` over (client, label) cells, not one per client (10,000 clients)."""
         y = self.y.numpy() if isinstance(self.y, torch.Tensor) else np.asarray(self.y)
-        out = np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
-        for k in range(self.num_clients):
-            idx = self.indices(k, split)
-            if len(idx):
-                out[k] = np.bincount(y[idx], minlength=self.num_classes)
-        return out
+        parts = self._split_indices(split)
+        sizes = np.fromiter(map(len, parts), dtype=np.int64, count=self.num_clients)
+        if not sizes.sum():
+            return np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
+        owner = np.repeat(np.arange(self.num_clients, dtype=np.int64), sizes)
+        cells = owner * self.num_classes + y[np.concatenate(parts)].astype(np.int64)
+        return np.bincount(cells, minlength=self.num_clients * self.num_classes).reshape(self.num_clients, -1)

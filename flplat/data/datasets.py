@@ -37,11 +37,24 @@ A directory is used when it holds every file the dataset needs; the first such d
 Only when none of them has the files and ``data.download`` is true does torchvision download them (into
 ``data.root``, else ``~/.cache/flplat``); a download is never attempted when the files are present. Otherwise
 :class:`DataUnavailableError` names every directory looked in and how to provide the files.
+
+Decoded cache
+-------------
+Decoding and standardising the image files costs seconds per run (60,000 FMNIST images: gunzip, a float32
+copy, the per-channel standardisation), so the resulting tensors are kept as ``.npy`` files under
+``data.cache_dir`` (default ``~/.cache/flplat/decoded``), keyed by the SHA-256 of the source files, the
+normalisation constants and a format version (:data:`DECODED_CACHE_VERSION`); a later run maps them
+(copy-on-write ``np.load(..., mmap_mode="c")``: no up-front read, pages shared by the processes of a sharded
+run) instead of decoding (a bit-identical result). ``data.cache=false`` turns the cache off. See :func:`_cached_arrays`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -67,6 +80,11 @@ __all__ = [
     "read_idx",
     "register_dataset",
 ]
+
+
+log = logging.getLogger("flplat")
+#: bump when the decoded arrays of a source file would change (decoding or standardisation code)
+DECODED_CACHE_VERSION = 1
 
 
 class DataUnavailableError(ConfigError):
@@ -160,8 +178,63 @@ def subsample(ds: Dataset, max_train: int, max_test: int, seed: int) -> Dataset:
 def _standardise(pixels: np.ndarray, max_value: float, name: str) -> torch.Tensor:
     """uint/float pixels (N, C, H, W) -> float32 tensor scaled to [0, 1] and standardised per channel."""
     mean, std = (np.asarray(v, dtype=np.float32).reshape(1, -1, 1, 1) for v in NORMALIZATION[name])
-    x = pixels.astype(np.float32) / np.float32(max_value)
-    return torch.from_numpy(np.ascontiguousarray((x - mean) / std, dtype=np.float32))
+    x = np.array(pixels, dtype=np.float32, order="C")  # one float32 copy, then in place (no N-sized temporaries)
+    x /= np.float32(max_value)
+    x -= mean
+    x /= std
+    return torch.from_numpy(x)
+
+
+def _file_digest(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _decoded_cache_dir(cfg: DataConfig) -> Path | None:
+    if not getattr(cfg, "cache", True):
+        return None
+    d = getattr(cfg, "cache_dir", None)
+    return Path(str(d)).expanduser() if d else CACHE_DIR / "decoded"
+
+
+def _cached_arrays(cfg: DataConfig, name: str, sources: Iterable[Path],
+                   build: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """``build()``'s tensors (decoded and standardised), read from the on-disk cache when the same source files
+    (by SHA-256 of their contents) were decoded before with the same :data:`NORMALIZATION` and format version.
+
+    The cache is ``data.cache_dir`` (default ``~/.cache/flplat/decoded``; ``data.cache=false`` turns it off): one
+    directory of ``.npy`` files per key, written under a temporary name and renamed into place, so processes that
+    create it at the same time (the ranks of a sharded run) never read a partial entry. A cache that cannot be
+    written only costs the decode (a warning says so).
+    """
+    root = _decoded_cache_dir(cfg)
+    if root is None:
+        return build()
+    h = hashlib.sha256(f"v{DECODED_CACHE_VERSION}:{name}:{NORMALIZATION.get(name)}".encode())
+    for path in sources:
+        h.update(_file_digest(path).encode())
+    entry = root / f"{name}-{h.hexdigest()[:24]}"
+    if entry.is_dir():
+        try:
+            # memory-mapped copy-on-write: pages are read on first touch and shared by the processes of a
+            # sharded run through the page cache; writes (none expected) stay private to the process
+            return {f.stem: torch.from_numpy(np.load(f, mmap_mode="c")) for f in sorted(entry.glob("*.npy"))}
+        except (OSError, ValueError):  # an unreadable entry: decode again and replace it
+            shutil.rmtree(entry, ignore_errors=True)
+    arrays = build()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=root))
+        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide a shared cache_dir from other users
+        for key, t in arrays.items():
+            np.save(tmp / f"{key}.npy", t.numpy())
+        try:
+            os.rename(tmp, entry)
+        except OSError:  # another process renamed its identical copy into place first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        log.warning("data.cache_dir: cannot write the decoded-data cache in %s (%s); decoding every run", root, e)
+    return arrays
 
 
 def _labels(y: Iterable[int] | np.ndarray) -> torch.Tensor:
@@ -326,17 +399,16 @@ def load_idx_dataset(cfg: DataConfig, name: str) -> Dataset:
     extra = [DEBIAN_FMNIST_DIR] if name == "fmnist" else []
     needed = ", ".join(f"{s}[.gz]" for s in IDX_FILES)
     files = _locate(cfg, name, layout, _find_idx_files, needed, extra)
-    x_train, y_train = _read_idx_split(files, "train", num_classes)
-    x_test, y_test = _read_idx_split(files, "t10k", num_classes)
-    return Dataset(
-        name=name,
-        x_train=_standardise(x_train, 255.0, name),
-        y_train=_labels(y_train),
-        num_classes=num_classes,
-        x_test=_standardise(x_test, 255.0, name),
-        y_test=_labels(y_test),
-        class_names=FMNIST_CLASSES if name == "fmnist" else [str(i) for i in range(10)],
-    )
+
+    def build() -> dict[str, torch.Tensor]:
+        x_train, y_train = _read_idx_split(files, "train", num_classes)
+        x_test, y_test = _read_idx_split(files, "t10k", num_classes)
+        return {"x_train": _standardise(x_train, 255.0, name), "y_train": _labels(y_train),
+                "x_test": _standardise(x_test, 255.0, name), "y_test": _labels(y_test)}
+
+    arrays = _cached_arrays(cfg, name, [files[s] for s in IDX_FILES], build)
+    return Dataset(name=name, num_classes=num_classes, **arrays,
+                   class_names=FMNIST_CLASSES if name == "fmnist" else [str(i) for i in range(10)])
 
 
 @register_dataset("mnist")
@@ -363,21 +435,19 @@ def load_cifar(cfg: DataConfig, name: str) -> Dataset:
     layout, train_files, test_file, meta_file, label_key, names_key, num_classes = _CIFAR_LAYOUT[name]
     needed_files = (*train_files, test_file, meta_file)
     d = _locate(cfg, name, layout, lambda p: _cifar_files(p, needed_files), ", ".join(needed_files))
-    x_train, y_train = read_cifar_batches(d, train_files, label_key)
-    x_test, y_test = read_cifar_batches(d, [test_file], label_key)
-    for path, y in ((d / train_files[0], y_train), (d / test_file, y_test)):
-        if len(y) and (y.min() < 0 or y.max() >= num_classes):
-            raise DataFormatError(f"{path}: labels outside 0..{num_classes - 1}")
+
+    def build() -> dict[str, torch.Tensor]:
+        x_train, y_train = read_cifar_batches(d, train_files, label_key)
+        x_test, y_test = read_cifar_batches(d, [test_file], label_key)
+        for path, y in ((d / train_files[0], y_train), (d / test_file, y_test)):
+            if len(y) and (y.min() < 0 or y.max() >= num_classes):
+                raise DataFormatError(f"{path}: labels outside 0..{num_classes - 1}")
+        return {"x_train": _standardise(x_train, 255.0, name), "y_train": _labels(y_train),
+                "x_test": _standardise(x_test, 255.0, name), "y_test": _labels(y_test)}
+
+    arrays = _cached_arrays(cfg, name, [d / f for f in (*train_files, test_file)], build)
     class_names = [str(c) for c in read_pickle(d / meta_file).get(names_key, [])] or None
-    return Dataset(
-        name=name,
-        x_train=_standardise(x_train, 255.0, name),
-        y_train=_labels(y_train),
-        num_classes=num_classes,
-        x_test=_standardise(x_test, 255.0, name),
-        y_test=_labels(y_test),
-        class_names=class_names,
-    )
+    return Dataset(name=name, num_classes=num_classes, **arrays, class_names=class_names)
 
 
 @register_dataset("cifar10")

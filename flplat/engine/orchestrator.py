@@ -17,6 +17,7 @@ import torch
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, Strategy
 from flplat.data.containers import FederatedData
+from flplat.engine.batched_eval import EvalColumns, evaluate_shared, shared_model_groups
 from flplat.engine.client import ClientTrainer
 from flplat.engine.failures import Diverged, reject_nonfinite
 from flplat.engine.state import ServerState, derive_seed
@@ -73,6 +74,14 @@ class LocalExecutor:
                                              self.data.indices(client, split)))
             loaded = weights
         return out
+
+    def evaluate_groups(self, groups: Sequence[tuple[torch.Tensor, Sequence[int]]], split: str = "test"
+                        ) -> EvalColumns:
+        """Score each group's clients with the group's model in one pass (see :mod:`flplat.engine.batched_eval`);
+        one row per client, in the order of the groups' clients."""
+        index = self.data.indices
+        return EvalColumns.concat([self.trainer.evaluate_many(weights, clients, [index(c, split) for c in clients])
+                                   for weights, clients in groups if len(clients)])
 
     def compute(self, requests: Sequence[tuple[int, torch.Tensor | None]], fn, split: str = "train",
                 seed: int = 0) -> list:
@@ -146,7 +155,7 @@ class RunSummary:
 class Orchestrator:
     def __init__(self, strategy: Strategy, executor: LocalExecutor, data: FederatedData, rounds: int,
                  eval_every: int, seed: int, callbacks: Sequence[Callback] = (), accuracy_window: int = 30,
-                 metrics_cfg=None):
+                 metrics_cfg=None, batched_eval: bool = True):
         from flplat.config import MetricsConfig
 
         self.metrics_cfg = metrics_cfg if metrics_cfg is not None else MetricsConfig()
@@ -161,6 +170,7 @@ class Orchestrator:
         self.client_table: dict[str, np.ndarray] = {}
         self.state: ServerState | None = None
         self.accuracy_window = accuracy_window
+        self.batched_eval = batched_eval  # clients sharing a model scored in one pass (flplat/engine/batched_eval.py)
         self.final_metrics: dict[str, float] = {}
         self.final_series: dict[str, list[tuple[int, float]]] = {}
         self.rng: np.random.Generator | None = None  # the server RNG (client sampling, strategy randomness)
@@ -317,16 +327,18 @@ class Orchestrator:
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """Score every client on its ``split`` with the model it would use; on ``test`` also the pooled global
         test set (single-model methods) and the per-client table."""
-        requests = LazyRequests(range(self.data.num_clients), lambda k: self.strategy.eval_weights(self.state, k))
-        res = self.executor.evaluate(requests, split)
-        correct = np.array([r.correct for r in res], dtype=float)
-        n = np.array([r.num_samples for r in res], dtype=float)
-        loss = np.array([r.loss_sum for r in res], dtype=float)
+        groups = shared_model_groups(self.strategy, self.state, self.data.num_clients) if self.batched_eval else None
+        if groups is not None:
+            res = evaluate_shared(self.executor, groups, split, self.data.num_clients)
+        else:
+            requests = LazyRequests(range(self.data.num_clients), lambda k: self.strategy.eval_weights(self.state, k))
+            res = EvalColumns.from_results(self.executor.evaluate(requests, split))
+        correct, n, loss = (a.astype(float) for a in (res.correct, res.num_samples, res.loss_sum))
         out = summarize(correct, n)
         out["test_loss"] = float(loss.sum() / max(n.sum(), 1.0))
         c = self.data.num_classes
-        if res and all(len(r.class_total) == c for r in res):  # Few/Medium/Many accuracy (DA-PFL Table IV)
-            buckets = bucket_accuracy(np.array([r.class_correct for r in res]), np.array([r.class_total for r in res]),
+        if len(res) and res.class_total.shape[1] == c:  # Few/Medium/Many accuracy (DA-PFL Table IV)
+            buckets = bucket_accuracy(res.class_correct, res.class_total,
                                       self.data.label_counts("train"), list(self.metrics_cfg.class_bucket_edges))
             out.update({k: v for k, v in buckets.items() if np.isfinite(v)})  # an empty bucket: no metric
         if split != "test":

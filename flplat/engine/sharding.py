@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult
+from flplat.engine.batched_eval import EvalColumns
 from flplat.engine.orchestrator import LocalExecutor
 
 
@@ -105,6 +106,32 @@ class ShardedExecutor(LocalExecutor):
 
     def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
         return self._scatter_gather(requests, split, lambda mine: super(ShardedExecutor, self).evaluate(mine, split))
+
+    def evaluate_groups(self, groups, split: str = "test"):
+        """Batched evaluation of shared models: the groups' clients balanced over the processes by test size (one
+        object gather for all groups)."""
+        pairs = [(g, c) for g, (_, clients) in enumerate(groups) for c in clients]
+        sizes = [len(self.data.indices(c, split)) for _, c in pairs]
+        mine = balance(sizes, self.fabric.world_size)[self.fabric.global_rank]
+        sub = [(w, [pairs[i][1] for i in mine if pairs[i][0] == g]) for g, (w, _) in enumerate(groups)]
+        local = super().evaluate_groups(sub, split)
+        return EvalColumns.concat(self._gather_objects(local))  # one object per process, not per client
+
+    def evaluate_global(self, weights: torch.Tensor) -> EvalResult | None:
+        """The pooled global test set scored in equal row shares per process, the counts summed with one
+        all-reduce (instead of every process scoring all of it)."""
+        if self.data.x_global_test is None:
+            return None
+        n, world, rank = len(self.data.y_global_test), self.fabric.world_size, self.fabric.global_rank
+        a, b = rank * n // world, (rank + 1) * n // world
+        r = self.trainer.evaluate_tensors(weights, self.data.x_global_test[a:b], self.data.y_global_test[a:b])
+        c = len(r.class_total)
+        buf = torch.tensor([r.loss_sum, r.correct, r.num_samples, *r.class_correct, *r.class_total],
+                           dtype=torch.float64, device=self.fabric.device)
+        dist.all_reduce(buf)
+        buf = buf.cpu()
+        counts = [int(v) for v in buf[1:].round().tolist()]
+        return EvalResult(-1, float(buf[0]), counts[0], counts[1], tuple(counts[2:2 + c]), tuple(counts[2 + c:]))
 
     def compute(self, requests, fn, split: str = "train", seed: int = 0) -> list:
         return self._scatter_gather(requests, split,

@@ -1,4 +1,4 @@
-"""Label non-IID quantifiers computed from per-client label counts (pure numpy / scipy / POT).
+"""Label non-IID quantifiers computed from per-client label counts (pure numpy / scipy).
 
 Input is the ``(K, C)`` matrix of per-client label counts that clients report to the server
 (:meth:`flplat.data.containers.FederatedData.label_counts`). The reference is the server-side global label pmf
@@ -18,9 +18,9 @@ Distances to the global pmf, each in ``[0, 1]``:
 
 * Hellinger ``H(p, q) = sqrt(1 - sum_c sqrt(p_c q_c))``;
 * Jensen-Shannon *distance* (square root of the JS divergence) with base-2 logarithms;
-* EMD (earth mover's distance) via POT's exact solver ``ot.emd2`` with ground cost ``"uniform"`` (0 on the
-  diagonal, 1 elsewhere: labels are nominal, the default; equals the total-variation distance) or ``"index"``
-  (``|i - j| / (C - 1)``: labels on an ordered scale).
+* EMD (earth mover's distance) with ground cost ``"uniform"`` (0 on the diagonal, 1 elsewhere: labels are
+  nominal, the default; equals the total-variation distance) or ``"index"`` (``|i - j| / (C - 1)``: labels on an
+  ordered scale), computed in closed form (equal to POT's exact solver ``ot.emd2``; see :func:`emd`).
 
 Summaries are sample-weighted means over clients (weights ``n_i / N``, like WPSI). A client with no samples has
 no pmf: :func:`label_distribution` gives it a row of NaN, its per-client metrics are NaN and it gets weight 0.
@@ -132,25 +132,29 @@ def ground_cost(num_classes: int, ground: str = "uniform") -> np.ndarray:
 
 
 def emd(p: np.ndarray, q: np.ndarray, ground: str = "uniform") -> np.ndarray | float:
-    """Earth mover's distance between pmfs over the last axis (broadcasting; one ``ot.emd2`` per pair).
+    """Earth mover's distance between pmfs over the last axis (broadcasting), in closed form.
 
-    Inputs are renormalised to sum to 1 exactly (POT requires equal masses); a pair containing NaN gives NaN.
+    Inputs are renormalised to sum to 1; a pair containing NaN (or an empty pmf) gives NaN. With the 0/1 ground
+    cost (``"uniform"``) the optimal transport cost is the total-variation distance ``½ Σ_c |p_c − q_c|``; with
+    ``"index"`` (``|i − j| / (C − 1)``, classes on a line) it is the 1-D Wasserstein distance
+    ``Σ_{i<C−1} |F_p(i) − F_q(i)| / (C − 1)`` of the cumulative pmfs. Both equal POT's exact ``ot.emd2`` on
+    :func:`ground_cost` (tests/test_noniid.py checks it) without importing POT (and scikit-learn) at start-up.
     """
-    import ot
-
+    if ground not in GROUNDS:
+        raise ValueError(f"ground={ground!r} is not valid; choose one of: {', '.join(GROUNDS)}")
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
     pb, qb = np.broadcast_arrays(p, q)
-    shape = pb.shape[:-1]
-    m = ground_cost(pb.shape[-1], ground)
-    pf, qf = pb.reshape(-1, pb.shape[-1]), qb.reshape(-1, qb.shape[-1])
-    out = np.empty(len(pf))
-    for r, (a, b) in enumerate(zip(pf, qf)):
-        if np.isnan(a).any() or np.isnan(b).any() or a.sum() <= 0 or b.sum() <= 0:
-            out[r] = np.nan
-        else:
-            out[r] = float(ot.emd2(np.ascontiguousarray(a / a.sum()), np.ascontiguousarray(b / b.sum()), m))
-    out = out.reshape(shape)
+    ps, qs = pb.sum(axis=-1, keepdims=True), qb.sum(axis=-1, keepdims=True)
+    bad = (np.isnan(pb).any(axis=-1) | np.isnan(qb).any(axis=-1) | (ps[..., 0] <= 0) | (qs[..., 0] <= 0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diff = pb / ps - qb / qs
+    if ground == "uniform":
+        out = 0.5 * np.abs(diff).sum(axis=-1)
+    else:
+        c = pb.shape[-1]
+        out = np.abs(np.cumsum(diff, axis=-1)[..., :-1]).sum(axis=-1) / max(c - 1, 1)
+    out = np.where(bad, np.nan, out)
     return float(out) if out.ndim == 0 else out
 
 
