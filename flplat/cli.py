@@ -326,7 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handler = {"run": cmd_run, "partition-stats": cmd_partition_stats, "ui": cmd_ui, "list": cmd_list,
-               "tune": cmd_tune, "sweep": cmd_sweep, "reproduce": cmd_reproduce, "table": cmd_table, "noniid-plot": cmd_noniid_plot}[args.command]
+               "tune": cmd_tune, "sweep": cmd_sweep, "reproduce": cmd_reproduce, "table": cmd_table,
+               "noniid-plot": cmd_noniid_plot}[args.command]
     try:
         return handler(args)
     except ConfigError as e:
