@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+import re
 import statistics
 import sys
 import time
@@ -73,6 +74,22 @@ class Cell:
     overrides: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     substitute: str | None = None  # this cell runs another dataset than the paper's (see Table.substitute)
+    metric: str | None = None  # this column's run metric when it is not the table's; ``NAME@STEP``: the value of the
+    #                            metric NAME logged at step STEP (a series, e.g. CAFA's windowed accuracy)
+
+
+@dataclass
+class FigureContext:
+    """What a table's figure is drawn from: our values, the runs behind them (train tables) and where to write."""
+
+    ours: dict[tuple[str, str], list[float]]
+    scale: str
+    path: str
+    client: Any = None  # an MlflowClient on the store
+    runs: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (cell, method) -> run ids
+
+    def history(self, run_id: str, metric: str) -> list[tuple[int, float]]:
+        return sorted((m.step, m.value) for m in self.client.get_metric_history(run_id, metric))
 
 
 @dataclass
@@ -94,7 +111,7 @@ class Table:
     notes: dict[str, str] = field(default_factory=dict)  # per scale: the reductions, stated in the header
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # the paper's seeds at scale paper
     analyze: Callable[[Cell, int, str], dict[str, float]] | None = None  # analysis: (cell, seed, scale) -> rows
-    figure: Callable[[dict, str, str], None] | None = None  # (results, scale, png path) -> writes a PNG
+    figure: Callable[[FigureContext], None] | None = None  # writes a PNG to ctx.path
 
 
 def paper_module(paper: str):
@@ -326,11 +343,11 @@ class Store:
             if not token:
                 return out
 
-    def finished(self, paper: str) -> dict[str, dict[str, float]]:
-        """metrics of the FINISHED runs of this paper's reproduction, by config hash (the newest wins)."""
+    def finished(self, paper: str) -> dict[str, tuple[str, dict[str, float]]]:
+        """(run id, metrics) of the FINISHED runs of this paper's reproduction, by config hash (the newest wins)."""
         runs = self._search(f"attributes.status = 'FINISHED' and tags.`flplat.reproduce.paper` = '{paper}'")
         runs.sort(key=lambda r: r.info.start_time)
-        return {r.data.tags["flplat.reproduce.key"]: dict(r.data.metrics) for r in runs
+        return {r.data.tags["flplat.reproduce.key"]: (r.info.run_id, dict(r.data.metrics)) for r in runs
                 if "flplat.reproduce.key" in r.data.tags}
 
     def parent(self, paper: str, table: str, scale: str) -> str:
@@ -342,6 +359,16 @@ class Store:
             return run_id
         return self.client.create_run(self.exp_id, run_name=name, tags={
             "flplat.kind": "reproduce", "flplat.reproduce.parent": name, "flplat.reproduce.paper": paper}).info.run_id
+
+    def value(self, run_id: str | None, metrics: dict[str, float], metric: str) -> float | None:
+        """A run's final ``metric``, or with ``NAME@STEP`` the value of NAME logged at STEP (None: not there)."""
+        name, _, step = metric.partition("@")
+        if not step:
+            return metrics.get(name)
+        if run_id is None:
+            return None
+        hist = {m.step: m.value for m in self.client.get_metric_history(run_id, name)}
+        return hist.get(int(step))
 
     def tag(self, run_id: str, paper: str, job: Job) -> None:
         for k, v in (("paper", paper), ("key", job.key), ("table", job.table), ("cell", job.cell),
@@ -374,8 +401,8 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: str, n_jobs: int) -> dict[str, dict]:
-    """Run the jobs not finished yet; returns metrics by config hash for every job (run now or before)."""
+def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: str, n_jobs: int) -> dict[str, tuple]:
+    """Run the jobs not finished yet; returns (run id, metrics) by config hash for every job (run now or before)."""
     done = store.finished(paper)
     todo, seen = [], set()
     for j in jobs:
@@ -390,7 +417,7 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
         key, metrics, run_id, secs = res
         if run_id:
             store.tag(run_id, paper, job)
-        done[key] = metrics
+        done[key] = (run_id, metrics)
         prog.step(job, secs, metrics.get(table.metric))
 
     if n_jobs <= 1:
@@ -438,23 +465,30 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         status = "FAILED"
         try:
             ours: dict[tuple[str, str], list[float]] = {}
+            run_ids: dict[tuple[str, str], list[str]] = {}
             if t.kind == "train":
                 metrics = run_grid(paper, t, jobs, store, parent, n_jobs)
-                row_metric = {m.name: m.metric or t.metric for m in t.methods}
+                row_metric = {m.name: m.metric for m in t.methods}
+                col_metric = {c.id: c.metric for c in t.cells}
                 for j in jobs:
-                    m = metrics.get(j.key, {})
-                    if row_metric[j.method] in m:
-                        ours.setdefault((j.cell, j.method), []).append(m[row_metric[j.method]])
+                    run_id, m = metrics.get(j.key, (None, {}))
+                    if run_id:
+                        run_ids.setdefault((j.cell, j.method), []).append(run_id)
+                    v = store.value(run_id, m, row_metric[j.method] or col_metric[j.cell] or t.metric)
+                    if v is not None:
+                        ours.setdefault((j.cell, j.method), []).append(v)
             else:
-                for c in select(t.cells, cells, "cells", "id"):
-                    for s in sd:
+                for s in sd:  # seeds outside: an analysis may cache per seed what its cells share
+                    for c in select(t.cells, cells, "cells", "id"):
                         t0 = time.perf_counter()
                         for name, v in t.analyze(c, s, scale).items():
                             ours.setdefault((c.id, name), []).append(v)
                         print(f"{t.id} {c.id} seed {s} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr,
                               flush=True)
+                ours = {k: ours[k] for k in sorted(ours, key=lambda k: [c.id for c in t.cells].index(k[0]))}
                 for (cid, name), vals in ours.items():
-                    store.client.log_metric(parent, f"{cid}.{name}"[:250], statistics.fmean(vals))
+                    key = re.sub(r"[^\w\-. /]", "_", f"{cid}.{name}")[:250]  # MLflow's allowed characters
+                    store.client.log_metric(parent, key, statistics.fmean(vals))
             src = values.get("tables", {}).get(t.id, {}).get("source", "")
             subs = [t.substitute] if t.substitute else [f"{c.id}: {c.substitute}" for c in t.cells if c.substitute]
             header = (f"Paper: {src}. Scale `{scale}`: {note}. Seeds: {', '.join(map(str, sd))}." +
@@ -467,7 +501,7 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                 with tempfile.TemporaryDirectory() as tmp:
                     png = str(Path(out_dir or tmp) / f"{paper}_{t.id}.png")
                     Path(png).parent.mkdir(parents=True, exist_ok=True)
-                    t.figure(ours, scale, png)
+                    t.figure(FigureContext(ours, scale, png, store.client, run_ids))
                     store.client.log_artifact(parent, png, "reproduce")
             if out_dir:
                 Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -514,4 +548,37 @@ def plot_cells(ours: dict[tuple[str, str], list[float]], title: str, ylabel: str
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_curves(ctx: FigureContext, metric: str, title: str, ylabel: str) -> None:
+    """One panel per cell: the per-round ``metric`` of every method, mean over its seeds' runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cells = list(dict.fromkeys(c for c, _ in ctx.runs))
+    if not cells:
+        return
+    cols = min(len(cells), 2)
+    rows = (len(cells) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.6 * rows), squeeze=False)
+    for ax, c in zip(axes.flat, cells):
+        for (cc, m), ids in ctx.runs.items():
+            if cc != c:
+                continue
+            hists = [dict(ctx.history(r, metric)) for r in ids]
+            steps = sorted(set().union(*hists)) if hists else []
+            if steps:
+                ax.plot(steps, [np.mean([h[s] for h in hists if s in h]) for s in steps], label=m, lw=1.2)
+        ax.set(title=c, xlabel="round", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(cells):]:
+        ax.set_visible(False)
+    fig.suptitle(f"{title} (scale {ctx.scale})")
+    fig.tight_layout()
+    fig.savefig(ctx.path, dpi=110)
     plt.close(fig)

@@ -35,3 +35,68 @@ TABLES = [
           "K = 100", CELLS, TABLE4_METHODS, metric="ad", higher_is_better=False, scales=SCALES, notes=NOTES,
           seeds=[0, 1, 2, 3, 4], tie=0.005),
 ]
+
+# ---------------------------------------------------------------------------------------------- Fig. 3 and Fig. 5
+ALPHAS = (50, 5, 1, 0.7, 0.5, 0.3, 0.2, 0.1, 0.09, 0.07, 0.05)
+S_VALUES = (1, 0.9, 0.7, 0.5, 0.3, 0.2, 0.1, 0.07, 0.05, 0.03, 0)
+QUANTIFIERS = {"WPSI": "wpsi", "HD": "hellinger", "JSD": "jsd", "EMD": "emd"}
+FIG3_DATA = {"smoke": ("digits", 10), "reduced": ("fmnist", 100), "paper": ("fmnist", 100)}
+
+
+def noniid_point(cell: Cell, seed: int, scale: str) -> dict[str, float]:
+    """Fig. 3: WPSI, Hellinger, JSD and EMD of one partition (no training); {} when the partition is infeasible."""
+    from flplat.config import PartitionConfig
+    from flplat.data.datasets import load_dataset
+    from flplat.data.partitions import InfeasiblePartitionError, build_federation
+    from flplat.engine.state import derive_seed
+    from flplat.experiment import load_config
+    from flplat.metrics.noniid import noniid_summary
+
+    name, k = FIG3_DATA[scale]
+    ds = load_dataset(load_config(None, [f"data.name={name}"]).data, derive_seed(0, "data"))
+    try:
+        fed = build_federation(ds, PartitionConfig(num_clients=k, **cell.params), seed)
+    except InfeasiblePartitionError:
+        return {}
+    s = noniid_summary(fed.label_counts("all"))
+    return {q: float(s[key]) for q, key in QUANTIFIERS.items()}
+
+
+def _fig3(ctx):
+    import statistics
+
+    from flplat.tracking.reports import plot_noniid_curves
+
+    curves = {"dirichlet": [], "similarity": []}
+    for c in FIG3_CELLS:
+        if (c.id, "WPSI") not in ctx.ours:
+            continue
+        kind = c.params["name"]
+        key = "alpha" if kind == "dirichlet" else "similarity"
+        curves[kind].append({key: c.params[key], **{QUANTIFIERS[q]: statistics.fmean(ctx.ours[(c.id, q)])
+                                                    for q in QUANTIFIERS}})
+    plot_noniid_curves(curves, ctx.path)
+
+
+def _fig5(ctx):
+    """Fig. 5: the silhouette against the number of clusters of the Clust-PSI-PFL runs (first seed of each cell)."""
+    from flplat.tracking.reports import plot_silhouette_curves
+
+    curves = {}
+    for (cell, method), ids in ctx.runs.items():
+        if method == "Clust-PSI-PFL" and ids:
+            pts = ctx.history(ids[0], "silhouette_by_k")
+            if pts:
+                curves[cell.replace("_", " α=" if cell.startswith("dirichlet") else " S=", 1)] = pts
+    if curves:
+        plot_silhouette_curves(curves, ctx.path)
+
+
+FIG3_CELLS = ([Cell(f"alpha={a:g}", params={"name": "dirichlet", "alpha": a}) for a in ALPHAS] +
+              [Cell(f"S={s:g}", params={"name": "similarity", "similarity": s}) for s in S_VALUES])
+TABLES[0].figure = _fig5
+TABLES.append(Table("fig3", "Clust-PSI-PFL Fig. 3: WPSI, HD, JSD and EMD against Dirichlet α and Similarity S",
+                    FIG3_CELLS, [Method(q) for q in QUANTIFIERS], kind="analysis", analyze=noniid_point,
+                    reference=None, seeds=[0, 1, 2, 3, 4], figure=_fig3,
+                    notes={"smoke": "digits, 10 clients", "reduced": "FMNIST, K = 100 (the paper's setting)",
+                           "paper": "FMNIST, K = 100"}))

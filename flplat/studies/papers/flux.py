@@ -29,8 +29,9 @@ NOTES = {"smoke": "CI size: 60 samples per client, 2 rounds of 1 epoch, the MLP"
 COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005)
 
 
-def _ari_figure(ours, scale, path):
-    plot_cells(ours, f"Flux: ARI of the clusterings against the true distributions (MNIST, scale {scale})", "ARI", path)
+def _ari_figure(ctx):
+    plot_cells(ctx.ours, f"Flux: ARI of the clusterings against the true distributions (MNIST, scale {ctx.scale})",
+               "ARI", ctx.path)
 
 
 TABLES = [

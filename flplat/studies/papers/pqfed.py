@@ -1,6 +1,8 @@
 """PQFed (seed 004), MNIST: Table II (the target T with similar / dissimilar collaborators, FedAvg), Table V (T plus
 the clients up to a dissimilarity rate, FedAvg / FedProx / FedDyn), Table VI (PQFed's strict and lenient selection
-against IFCA) and Fig. 3 (EMD to the target against the dissimilarity rate r for several LDP budgets ε; no training).
+against IFCA), Fig. 3 (EMD to the target against the dissimilarity rate r for several LDP budgets ε) and §V-D's
+membership-inference attack against ε (Fig. 4); the last two need no training. Table VIII (Algorithm 2's stages) is
+not ported yet.
 
 Each training cell is one run of configs/pqfed/mnist_lenient.yaml (IFCA: mnist_baseline.yaml, k = 4 clusters as
 the paper's §V-F); the number is ``target_accuracy`` (T's test accuracy after the last round; for IFCA the
@@ -11,12 +13,13 @@ Reduced (docs/results.md): 200 images per source (the paper's 400), 10 rounds (2
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from flplat.studies.papers import SMOKE
-from flplat.studies.reproduce import Cell, Method, Table
+from flplat.studies.reproduce import Cell, Method, Table, plot_cells
 
 RATES = [round(0.1 * i, 1) for i in range(11)]
 CONFIG = "configs/pqfed/mnist_lenient.yaml"
@@ -55,8 +58,9 @@ def _fig3_cells() -> list[Cell]:
     return [Cell(f"eps{e:g}_{g}", params={"epsilon": e, "ground_cost": g}) for e in EPSILONS for g in GROUND_COSTS]
 
 
-def emd_curve(cell: Cell, seed: int, scale: str) -> dict[str, float]:
-    """One repetition of Fig. 3: EMD of the clients at r = 0.1..1.0 to the target, for the cell's ε / ground cost."""
+@functools.lru_cache(maxsize=2)
+def _features(seed: int, scale: str):
+    """One repetition's federation (seed = repetition) projected on the public PCA: (clients' features, lo, hi)."""
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
     from flplat.experiment import load_config
@@ -73,14 +77,23 @@ def emd_curve(cell: Cell, seed: int, scale: str) -> dict[str, float]:
     mean, comps = pm.fit_public_pca(pub, 50)
     lo, hi = pm.feature_range(pm.project(pub, mean, comps))
     feats = [pm.project(data.x[data.indices(k, "train")].numpy(), mean, comps) for k in range(data.num_clients)]
+    return feats, lo, hi
+
+
+def emd_curve(cell: Cell, seed: int, scale: str) -> dict[str, float]:
+    """One repetition of Fig. 3: EMD of the clients at r = 0.1..1.0 to the target, for the cell's ε / ground cost
+    (the noise drawn from a generator seeded by the repetition, so both ground costs see the same noisy data)."""
+    from flplat.maths import pqfed as pm
+
+    feats, lo, hi = _features(seed, scale)
     rng = np.random.default_rng([seed, 1])
     noisy = [pm.laplace_ldp(f, cell.params["epsilon"], rng, lo, hi) for f in feats]
     centers, hists = pm.kmeans_histograms(noisy, 15, seed=seed)
     emd = pm.emd_to_target(hists, 0, centers, cell.params["ground_cost"])[1:]
-    return {f"r={r:g}": float(v) for r, v in zip(rates, emd)}
+    return {f"r={r:g}": float(v) for r, v in zip(RATES[1:], emd)}
 
 
-def _fig3(ours, scale, path):
+def _fig3(ctx):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -88,6 +101,7 @@ def _fig3(ours, scale, path):
 
     import matplotlib.pyplot as plt
 
+    ours, scale, path = ctx.ours, ctx.scale, ctx.path
     cells = list(dict.fromkeys(c for c, _ in ours))
     costs = sorted({c.split("_", 1)[1] for c in cells})
     fig, axes = plt.subplots(1, len(costs), figsize=(5 * len(costs), 4), squeeze=False)
@@ -102,6 +116,21 @@ def _fig3(ours, scale, path):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+MIA_EPSILONS = (0.1, 1.0, 10.0, 100.0, 1000.0, math.inf)
+
+
+def mia(cell: Cell, seed: int, scale: str) -> dict[str, float]:
+    """§V-D / Fig. 4: the membership-inference attack on every client's clean PCA features at the cell's ε (50
+    trials of 200 members each, 5 and 40 at smoke), averaged over the clients."""
+    from flplat.maths import pqfed as pm
+
+    feats, _, _ = _features(seed, scale)
+    rng = np.random.default_rng([seed, 2])
+    n, trials = (40, 5) if scale == "smoke" else (200, 50)
+    res = [pm.membership_inference(f, cell.params["epsilon"], rng, n=n, trials=trials) for f in feats]
+    return {k: float(np.mean([r[k] for r in res])) for k in ("power", "fpr", "advantage")}
 
 
 TABLES = [
@@ -120,4 +149,11 @@ TABLES = [
           seeds=list(range(10)), figure=_fig3,
           notes={"smoke": "60 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
                  "paper": "the paper's sizes, 10 repetitions"}),
+    Table("mia", "PQFed §V-D / Fig. 4 (MNIST): membership-inference power, false-positive rate and advantage "
+          "against ε", [Cell(f"eps{e:g}", params={"epsilon": e}) for e in MIA_EPSILONS],
+          [Method(q) for q in ("power", "fpr", "advantage")], kind="analysis", analyze=mia, reference=None,
+          seeds=[0], figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (MNIST, scale {ctx.scale})", "rate",
+                                                   ctx.path),
+          notes={"smoke": "60 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
+                 "federation (seed 0)", "paper": "the paper's sizes, one federation (seed 0)"}),
 ]
