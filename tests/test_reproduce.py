@@ -188,3 +188,22 @@ def test_list(capsys):
 def test_select_rejects_unknown():
     with pytest.raises(ConfigError, match="allowed: a, b"):
         rp.select([rp.Cell("a"), rp.Cell("b")], ["c"], "cells", "id")
+
+
+@pytest.mark.slow
+def test_jobs_2_runs_in_worker_processes_with_the_same_results(tmp_path, capsys):
+    """--jobs 2: the runs happen in two worker processes (one thread each), nested and tagged as with --jobs 1, and
+    give the same metrics (same config + seed -> same metrics on CPU; the smoke scale sets one thread anyway)."""
+    base = ["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
+            "--methods", "FedAvg,DA-PFL"]
+    assert main([*base, "--jobs", "2", "--store-dir", str(tmp_path / "a")]) == 0
+    assert main([*base, "--jobs", "1", "--store-dir", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    got = {}
+    for name in ("a", "b"):
+        _, runs = _runs(tmp_path / name)
+        kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+        assert len(kids) == 2
+        got[name] = {r.data.tags["flplat.reproduce.method"]: r.data.metrics["mean_local_accuracy_last10"]
+                     for r in kids}
+    assert got["a"] == got["b"]
