@@ -207,3 +207,14 @@ def test_jobs_2_runs_in_worker_processes_with_the_same_results(tmp_path, capsys)
         got[name] = {r.data.tags["flplat.reproduce.method"]: r.data.metrics["mean_local_accuracy_last10"]
                      for r in kids}
     assert got["a"] == got["b"]
+
+
+def test_a_run_that_fails_its_config_is_skipped_not_fatal(tmp_path, capsys):
+    """An error found while preparing one run (here: every Dirichlet redraw leaves a client under min_samples) skips
+    that run with its reason; the table is still written, the cell "not run"."""
+    assert main(["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
+                 "--methods", "FedAvg", "--store-dir", str(tmp_path), "--set", "partition.min_samples=500",
+                 "partition.max_retries=1"]) == 0
+    out = capsys.readouterr()
+    assert "digits_k20_low FedAvg s0: skipped (" in out.err
+    assert "| digits_k20_low | FedAvg | 66.83 | — | — | not run |" in out.out

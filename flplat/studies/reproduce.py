@@ -316,7 +316,10 @@ def _run_job(job: Job, parent: str | None, threads: int | None) -> tuple[str, di
         over.append(f"tracking.parent_run_id={parent}")
     cfg = load_config(job.config, over)
     t0 = time.perf_counter()
-    summary, run_id = run(cfg, progress=False)
+    try:
+        summary, run_id = run(cfg, progress=False)
+    except ConfigError as e:  # found while preparing the run, e.g. an infeasible partition: skip this run only
+        return job.key, None, str(e), time.perf_counter() - t0
     return job.key, dict(summary.metrics), run_id, time.perf_counter() - t0
 
 
@@ -415,6 +418,10 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
 
     def finish(job: Job, res) -> None:
         key, metrics, run_id, secs = res
+        if metrics is None:  # run_id holds the reason
+            print(f"{job.table} {job.cell} {job.method} s{job.seed}: skipped ({run_id})", file=sys.stderr, flush=True)
+            prog.done += 1
+            return
         if run_id:
             store.tag(run_id, paper, job)
         done[key] = (run_id, metrics)
@@ -508,6 +515,9 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                 (Path(out_dir) / f"{paper}_{t.id}.md").write_text(text)
             texts.append(text)
             status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
         finally:
             store.client.set_terminated(parent, status)
     return "\n".join(texts)
