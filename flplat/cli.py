@@ -117,6 +117,27 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--experiment", default=None, help="only this experiment (default: all)")
     rs.add_argument("--store-dir", default="mlruns")
 
+    rp = sub.add_parser("reproduce", help="reproduce a paper's tables: runs nested per table, paper vs ours, verdicts",
+                        description="Run (or continue) a paper's tables and figures as grids of runs (cell x method x "
+                                    "seed, each an MLflow run nested under one parent per table) and print the "
+                                    "paper's value beside ours with a verdict per cell. Finished runs with the same "
+                                    "resolved config are skipped, so an interrupted grid continues.",
+                        epilog="examples:\n  flplat reproduce --list\n  flplat reproduce dapfl table3_digits "
+                               "--scale smoke\n  flplat reproduce clust-psi-pfl table3 --scale reduced --seeds 0,1,2 "
+                               "--jobs 2 --cells similarity_0,dirichlet_0.3 --methods FedAvg,Clust-PSI-PFL",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    rp.add_argument("paper", nargs="?", help="clust-psi-pfl | cafa | dapfl | flux | pqfed")
+    rp.add_argument("tables", nargs="*", help="table ids (default: all of the paper's; see --list)")
+    rp.add_argument("--list", action="store_true", help="list every paper's tables, cells and methods")
+    rp.add_argument("--scale", default="reduced", help="smoke | reduced | paper (default: reduced)")
+    rp.add_argument("--seeds", default=None, help="comma-separated seeds (default: 0 at smoke, else the table's)")
+    rp.add_argument("--methods", default=None, help="comma-separated method names of the table (default: all)")
+    rp.add_argument("--cells", default=None, help="comma-separated cell ids of the table (default: all)")
+    rp.add_argument("--jobs", type=int, default=1, help="runs in parallel processes, one thread each (<= cores)")
+    rp.add_argument("--store-dir", default="mlruns", help="MLflow store directory (default: mlruns)")
+    rp.add_argument("--out", default=None, help="also write each table's markdown and figure into this directory")
+    rp.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run (last)")
+
     sub.add_parser("list", help="list datasets, partitions, models and algorithms",
                    description="List the registered datasets, partitions, models and algorithms.")
     return p
@@ -351,6 +372,29 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from flplat.studies.reproduce import PAPERS, listing, reproduce
+
+    if args.list:
+        print(listing())
+        return 0
+    if not args.paper:
+        raise ConfigError(f"give a paper ({', '.join(PAPERS)}) or --list")
+
+    def names(text):
+        return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+    seeds = None
+    if args.seeds:
+        try:
+            seeds = [int(x) for x in names(args.seeds)]
+        except ValueError:
+            raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
+    print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells), args.jobs,
+                    args.store_dir, args.set, args.out))
+    return 0
+
+
 def cmd_list(args) -> int:
     from flplat.algorithms import ALGORITHMS
     from flplat.data.datasets import DATASETS
@@ -372,8 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handler = {"run": cmd_run, "partition-stats": cmd_partition_stats, "ui": cmd_ui, "list": cmd_list,
-               "tune": cmd_tune, "sweep": cmd_sweep, "table": cmd_table, "noniid-plot": cmd_noniid_plot,
-               "runs": cmd_runs}[args.command]
+               "tune": cmd_tune, "sweep": cmd_sweep, "reproduce": cmd_reproduce, "table": cmd_table,
+               "noniid-plot": cmd_noniid_plot, "runs": cmd_runs}[args.command]
     from flplat.errors import RunFailed, Terminated
 
     previous = _on_sigterm()

@@ -25,11 +25,11 @@ def test_benchmark_scripts_run(script, args, expect):
     assert expect in res.stdout
 
 
-def test_dapfl_tool_gives_ifca_the_papers_number_of_clusters():
+def test_dapfl_reproduction_gives_ifca_the_papers_number_of_clusters():
     # DA-PFL §IV-D: "we set the number of clusters at 3 and 7 based on different client numbers (20 and 100 clients)"
-    sys.path.insert(0, str(REPO / "tools"))
-    from reproduce_dapfl import parse_method
+    from flplat.studies.papers import dapfl
 
-    assert parse_method("ifca", 20)[1]["algorithm.num_clusters"] == 3
-    assert parse_method("ifca", 100)[1]["algorithm.num_clusters"] == 7
-    assert parse_method("ifca:algorithm.num_clusters=5", 100)[1]["algorithm.num_clusters"] == "5"  # explicit wins
+    ifca = next(m for m in dapfl.METHODS if m.name == "IFCA")
+    assert "algorithm.num_clusters={k}" in ifca.overrides
+    ks = {c.id: c.params["k"] for c in dapfl._cells("digits")}
+    assert ks == {"digits_k20_low": 3, "digits_k20_high": 3, "digits_k100_low": 7, "digits_k100_high": 7}

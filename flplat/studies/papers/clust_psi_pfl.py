@@ -1,0 +1,102 @@
+"""Clust-PSI-PFL (seed 000): Table III (global test accuracy) and Table IV (AD; lower is better) for FMNIST,
+K = 100, every Table II method (the Table II best hyperparameters are the algorithms' defaults), CL (centralised
+training) as the reference line of the paper's table.
+
+Reduced scale (the documented CPU reduction of docs/results.md, Run B): the ``mlp`` (128-64) instead of the light
+CNN (one CNN round took 86-145 s here), T = 20 rounds instead of 40, E = 5, evaluation every 5 rounds.
+"""
+
+from __future__ import annotations
+
+from flplat.studies.papers import SMOKE
+from flplat.studies.reproduce import Cell, Method, Table
+
+SETTINGS = ["dirichlet_50", "dirichlet_0.7", "dirichlet_0.3", "dirichlet_0.2", "dirichlet_0.09", "dirichlet_0.05",
+            "similarity_1", "similarity_0.03", "similarity_0"]
+CELLS = [Cell(s, f"configs/clust_psi_pfl/table3/fmnist_k100_{s}.yaml") for s in SETTINGS]
+METHODS = [Method(n, [f"algorithm.name={a}"]) for n, a in (
+    ("CL", "centralized"), ("FedAvg", "fedavg"), ("FedProx", "fedprox"), ("FedAvgM", "fedavgm"),
+    ("FedAdagrad", "fedadagrad"), ("FedYogi", "fedyogi"), ("FedAdam", "fedadam"), ("PoC", "poc"),
+    ("HACCS", "haccs"), ("FedCLS", "fedcls"), ("CFL", "cfl"), ("FedSoft", "fedsoft"),
+    ("Clust-PSI-PFL", "clust_psi_pfl"))]
+TABLE4_METHODS = [m for m in METHODS if m.name in ("FedAvg", "FedAvgM", "HACCS", "CFL", "Clust-PSI-PFL")]
+# smoke: 10 clients (100 clients of a 600-sample pool are infeasible for the Dirichlet cells)
+SCALES = {"smoke": [*SMOKE, "partition.num_clients=10", "partition.min_samples=5"],
+          "reduced": ["model.name=mlp", "federation.rounds=20", "federation.local_epochs=5",
+                      "federation.eval_every=5"]}
+NOTES = {"smoke": "CI size: 600 training images, 10 clients, 2 rounds of 1 epoch, the MLP",
+         "reduced": "the MLP (128-64) instead of the light CNN, T = 20 rounds instead of 40 (E = 5, q = 0.5 as the "
+                    "paper), evaluation every 5 rounds"}
+
+TABLES = [
+    Table("table3", "Clust-PSI-PFL Table III: global test accuracy, FMNIST, K = 100", CELLS, METHODS,
+          metric="global_accuracy", scales=SCALES, notes=NOTES, seeds=[0, 1, 2, 3, 4], tie=0.005),
+    Table("table4", "Clust-PSI-PFL Table IV: AD (distance of the local accuracies from 1; lower is better), FMNIST, "
+          "K = 100", CELLS, TABLE4_METHODS, metric="ad", higher_is_better=False, scales=SCALES, notes=NOTES,
+          seeds=[0, 1, 2, 3, 4], tie=0.005),
+]
+
+# ---------------------------------------------------------------------------------------------- Fig. 3 and Fig. 5
+ALPHAS = (50, 5, 1, 0.7, 0.5, 0.3, 0.2, 0.1, 0.09, 0.07, 0.05)
+S_VALUES = (1, 0.9, 0.7, 0.5, 0.3, 0.2, 0.1, 0.07, 0.05, 0.03, 0)
+QUANTIFIERS = {"WPSI": "wpsi", "HD": "hellinger", "JSD": "jsd", "EMD": "emd"}
+FIG3_DATA = {"smoke": ("digits", 10), "reduced": ("fmnist", 100), "paper": ("fmnist", 100)}
+
+
+def noniid_point(cell: Cell, seed: int, scale: str) -> dict[str, float]:
+    """Fig. 3: WPSI, Hellinger, JSD and EMD of one partition (no training); {} when the partition is infeasible."""
+    from flplat.config import PartitionConfig
+    from flplat.data.datasets import load_dataset
+    from flplat.data.partitions import InfeasiblePartitionError, build_federation
+    from flplat.engine.state import derive_seed
+    from flplat.experiment import load_config
+    from flplat.metrics.noniid import noniid_summary
+
+    name, k = FIG3_DATA[scale]
+    ds = load_dataset(load_config(None, [f"data.name={name}"]).data, derive_seed(0, "data"))
+    try:
+        fed = build_federation(ds, PartitionConfig(num_clients=k, **cell.params), seed)
+    except InfeasiblePartitionError:
+        return {}
+    s = noniid_summary(fed.label_counts("all"))
+    return {q: float(s[key]) for q, key in QUANTIFIERS.items()}
+
+
+def _fig3(ctx):
+    import statistics
+
+    from flplat.tracking.reports import plot_noniid_curves
+
+    curves = {"dirichlet": [], "similarity": []}
+    for c in FIG3_CELLS:
+        if (c.id, "WPSI") not in ctx.ours:
+            continue
+        kind = c.params["name"]
+        key = "alpha" if kind == "dirichlet" else "similarity"
+        curves[kind].append({key: c.params[key], **{QUANTIFIERS[q]: statistics.fmean(ctx.ours[(c.id, q)])
+                                                    for q in QUANTIFIERS}})
+    plot_noniid_curves(curves, ctx.path)
+
+
+def _fig5(ctx):
+    """Fig. 5: the silhouette against the number of clusters of the Clust-PSI-PFL runs (first seed of each cell)."""
+    from flplat.tracking.reports import plot_silhouette_curves
+
+    curves = {}
+    for (cell, method), ids in ctx.runs.items():
+        if method == "Clust-PSI-PFL" and ids:
+            pts = ctx.history(ids[0], "silhouette_by_k")
+            if pts:
+                curves[cell.replace("_", " α=" if cell.startswith("dirichlet") else " S=", 1)] = pts
+    if curves:
+        plot_silhouette_curves(curves, ctx.path)
+
+
+FIG3_CELLS = ([Cell(f"alpha={a:g}", params={"name": "dirichlet", "alpha": a}) for a in ALPHAS] +
+              [Cell(f"S={s:g}", params={"name": "similarity", "similarity": s}) for s in S_VALUES])
+TABLES[0].figure = _fig5
+TABLES.append(Table("fig3", "Clust-PSI-PFL Fig. 3: WPSI, HD, JSD and EMD against Dirichlet α and Similarity S",
+                    FIG3_CELLS, [Method(q) for q in QUANTIFIERS], kind="analysis", analyze=noniid_point,
+                    reference=None, seeds=[0, 1, 2, 3, 4], figure=_fig3,
+                    notes={"smoke": "digits, 10 clients", "reduced": "FMNIST, K = 100 (the paper's setting)",
+                           "paper": "FMNIST, K = 100"}))

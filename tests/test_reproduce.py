@@ -1,0 +1,221 @@
+"""`flplat reproduce`: the papers' numbers as data (shape and a hand-checked sample), the verdicts, the run identity,
+and one tiny table end to end through the CLI (smoke scale, a temporary MLflow store): nested runs, the markdown on
+the parent run, skipping finished runs on a re-run, bad input creating no run."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from flplat.cli import main
+from flplat.errors import ConfigError
+from flplat.studies import reproduce as rp
+
+
+@pytest.mark.parametrize("paper", rp.PAPERS)
+def test_paper_values_cover_every_table_cell(paper):
+    assert rp.check_paper_values(paper) == []
+
+
+def test_paper_values_check_finds_a_missing_cell(tmp_path):
+    raw = OmegaConf.to_container(OmegaConf.load(rp.VALUES_DIR / "cafa.yaml"))
+    del raw["tables"]["table5"]["values"]["cifar10"]["FedProx"]
+    raw["tables"]["table2"]["values"]["case1"]["Acc"] = "   "
+    del raw["tables"]["table3"]["source"]
+    OmegaConf.save(OmegaConf.create(raw), tmp_path / "cafa.yaml")
+    errs = rp.check_paper_values("cafa", tmp_path)
+    assert any("table5: cell cifar10 method FedProx" in e for e in errs)
+    assert any("table2: cell case1 method Acc" in e for e in errs)
+    assert any("table3: no 'source'" in e for e in errs)
+
+
+@pytest.mark.parametrize("paper, table, cell, method, expected", [
+    # typed from the seeds, checked by hand against the text
+    ("clust-psi-pfl", "table3", "similarity_0", "Clust-PSI-PFL", (0.98, 0.01)),
+    ("clust-psi-pfl", "table3", "dirichlet_0.7", "PoC", (0.63, 0.02)),
+    ("clust-psi-pfl", "table3", "dirichlet_0.05", "CL", (0.90, 0.02)),
+    ("clust-psi-pfl", "table4", "similarity_0", "CFL", (0.51, None)),
+    ("flux", "known_association", "feature_l5", "Flux", (95.50, 0.10)),
+    ("flux", "known_association", "concept_yx_l5", "FedAvg", (63.87, 0.36)),
+    ("flux", "test_phase", "label_l8", "IFCA", (54.54, 5.97)),
+    ("dapfl", "table1", "cifar10_k100_high", "DA-PFL", (68.25, None)),
+    ("dapfl", "table3_digits", "digits_k20_high", "FedProx", (28.62, None)),
+    ("dapfl", "table5", "cifar10_k20_low", "DA-PFL-V2", (56.21, None)),
+    ("cafa", "table2", "case1", "Precision", (0.83, None)),
+    ("cafa", "table5", "cifar10", "FedProx", (80.42, None)),
+    ("pqfed", "table2", "exp3", "FedAvg", (96.00, None)),
+    ("pqfed", "table5", "exp12", "FedDyn", (97.00, None)),
+    ("pqfed", "table6", "mnist", "IFCA", (97.54, None)),
+])
+def test_paper_values_sample(paper, table, cell, method, expected):
+    mean, std, _ = rp.paper_value(rp.load_paper_values(paper), table, cell, method)
+    assert (mean, std) == pytest.approx(expected)
+
+
+def test_paper_value_reasons():
+    v = rp.load_paper_values("flux")
+    assert rp.paper_value(v, "test_phase", "concept_yx_l5", "Flux")[0] is None  # N/A: P(Y|X) has no test phase
+    assert rp.paper_value(v, "ari", "feature_l2", "Flux") == (None, None, "not reported")  # the table default
+    assert rp.paper_value(rp.load_paper_values("cafa"), "table5", "fmnist", "CBCC-only")[2] == "not reported"
+
+
+def test_verdict_claim_and_spread():
+    # paper: method 80 ± 1 above the reference 70; ours 79 above 60: the claim holds, |79 - 80| <= 2·sqrt(1² + 0²)
+    assert rp.verdict(80, 1, [79], 70, [60], is_reference=False, tie=0.5) == "claim holds (above ref.); within spread"
+    # ours below the reference: the claim fails; 3 points off with std 1: outside the spread
+    assert rp.verdict(80, 1, [77], 70, [78], is_reference=False, tie=0.5) == \
+        "claim fails (paper above ref., ours below); outside spread"
+    # our seeds' spread widens the tolerance: std over [74, 80] = 3 -> tolerance 2·sqrt(1 + 9) = 6.3
+    assert rp.verdict(80, 1, [74, 80], 70, [60, 60], is_reference=False, tie=0.5).endswith("within spread")
+    # gaps within the tie count as ties; no paper std nor ours: the tie is the tolerance
+    assert rp.verdict(70.2, None, [70.4], 70, [70.3], is_reference=False, tie=0.5) == \
+        "claim holds (tied with ref.); within spread"
+    assert rp.verdict(71, None, [70], 70, [70], is_reference=False, tie=0.5) == \
+        "claim fails (paper above ref., ours tied with); outside spread"
+    assert rp.verdict(80, 1, [79], 70, [60], is_reference=True, tie=0.5) == "reference; within spread"
+    assert rp.verdict(80, None, [10], 70, [5], is_reference=False, tie=0.5, comparable=False) == \
+        "claim holds (above ref.); other dataset"
+    assert rp.verdict(0.2, None, [0.3], 0.4, [0.5], is_reference=False, tie=0.01, higher_is_better=False) == \
+        "claim holds (below (better) ref.); outside spread"
+    assert rp.verdict(None, None, [0.3], None, None, is_reference=False, tie=0.01) == "no paper value"
+    assert rp.verdict(80, 1, [], 70, [60], is_reference=False, tie=0.5) == "not run"
+
+
+def test_config_key_ignores_tracking_and_threads_only():
+    from flplat.experiment import load_config
+
+    a = load_config(None, ["tracking.experiment=a", "fabric.num_threads=1"])
+    b = load_config(None, ["tracking.experiment=b", "tracking.run_name=x", "fabric.num_threads=2"])
+    assert rp.config_key(a) == rp.config_key(b)
+    assert rp.config_key(a) != rp.config_key(load_config(None, ["seed=1"]))
+
+
+@pytest.mark.parametrize("paper", rp.PAPERS)
+def test_every_train_table_validates_at_every_scale(paper):
+    """Each table's configs exist and its overrides are keys of the chosen algorithms, at every scale: every method
+    on the first cell and the first method on every cell at smoke, every method on the first cell at the others (the
+    whole grids are ~2,000 configs: too slow here)."""
+    for t in rp.paper_tables(paper):
+        if t.kind != "train":
+            continue
+        for cells, methods in (([t.cells[0].id], None), (None, [t.methods[0].name])):
+            jobs = rp.plan(paper, t, "smoke", [0], methods, cells, [], "x", "/tmp/unused")
+            assert len(jobs) == (len(t.methods) if cells else len(t.cells))
+        for scale in ("reduced", "paper"):  # a scale's overrides are the same for every run of the table
+            assert len(rp.plan(paper, t, scale, [0], None, [t.cells[0].id], [], "x", "/tmp/unused")) == len(t.methods)
+
+
+def test_render_table_rows_and_counts():
+    t = rp.Table("t", "T", [rp.Cell("c1"), rp.Cell("c2")], [rp.Method("FedAvg"), rp.Method("New")], tie=0.005,
+                 scale_factor=100.0)
+    vals = {"tables": {"t": {"source": "Table 9", "values": {"c1": {"FedAvg": [70, 1], "New": [80, 1]},
+                                                             "c2": {"FedAvg": 70, "New": "not reported"}}}}}
+    ours = {("c1", "FedAvg"): [0.70, 0.72], ("c1", "New"): [0.60]}
+    md = rp.render_table(t, vals, ours, "hdr")
+    assert "| c1 | FedAvg | 70 ± 1 | 71 ± 1 (2) | +1 | reference; within spread |" in md
+    assert "| c1 | New | 80 ± 1 | 60 ± 0 (1) | -20 | claim fails (paper above ref., ours below); outside spread |" in md
+    assert "| c2 | New | not reported | — | — | not run |" in md
+    assert "Claims: 0 hold, 1 fail. Values: 1 within the paper's spread, 1 outside." in md
+
+
+def _runs(store):
+    from mlflow.tracking import MlflowClient
+
+    from flplat.tracking.runs import store_uris
+
+    client = MlflowClient(tracking_uri=store_uris(None, str(store))[0])
+    exp = client.get_experiment_by_name("reproduce-dapfl")
+    return client, (client.search_runs([exp.experiment_id]) if exp else [])
+
+
+def test_cli_smoke_table_end_to_end(tmp_path, capsys):
+    store, out = tmp_path / "store", tmp_path / "out"
+    args = ["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
+            "--methods", "FedAvg,DA-PFL", "--store-dir", str(store), "--out", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr()
+    assert "| digits_k20_low | DA-PFL | 74.43 |" in text.out and "| digits_k20_low | FedAvg | 66.83 |" in text.out
+    assert "[2/2] table3_digits digits_k20_low" in text.err  # the progress display
+    assert (out / "dapfl_table3_digits.md").read_text().startswith("### DA-PFL Table III")
+    client, runs = _runs(store)
+    parents = [r for r in runs if "flplat.reproduce.parent" in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(parents) == 1 and len(children) == 2
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert {r.data.tags["flplat.reproduce.method"] for r in children} == {"FedAvg", "DA-PFL"}
+    assert parents[0].info.status == "FINISHED"
+    md = client.download_artifacts(parents[0].info.run_id, "reproduce/table3_digits.md", str(tmp_path))
+    assert "| digits_k20_low | DA-PFL |" in open(md).read()
+    # a re-run trains nothing and reuses the parent; a new seed adds exactly its runs
+    assert main(args) == 0
+    assert "2 of 2 runs already finished, skipped" in capsys.readouterr().err
+    assert len(_runs(store)[1]) == 3
+    assert main([*args, "--seeds", "0,1"]) == 0
+    assert "2 of 4 runs already finished" in capsys.readouterr().err
+    assert len(_runs(store)[1]) == 5
+
+
+def test_cli_analysis_table_smoke(tmp_path, capsys):
+    assert main(["reproduce", "cafa", "table3", "--scale", "smoke", "--cells", "case1", "--store-dir",
+                 str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| case1 | Acc | 0.95 |" in out and "| case1 | K | 7 |" in out
+
+
+@pytest.mark.parametrize("args, msg", [
+    ([], "give a paper (clust-psi-pfl, cafa, dapfl, flux, pqfed) or --list"),
+    (["nopaper"], "paper 'nopaper' is unknown"),
+    (["dapfl", "table9"], "--tables=table9 unknown"),
+    (["dapfl", "table3_digits", "--cells", "digits_k7"], "--cells=digits_k7 unknown"),
+    (["dapfl", "table3_digits", "--methods", "FedFoo"], "--methods=FedFoo unknown"),
+    (["dapfl", "table3_digits", "--scale", "huge"], "--scale='huge'"),
+    (["dapfl", "table3_digits", "--jobs", "999"], "--jobs=999"),
+    (["dapfl", "table3_digits", "--set", "federation.rounds=0"], "federation.rounds"),
+])
+def test_cli_bad_input_exits_2_without_runs(tmp_path, capsys, args, msg):
+    assert main(["reproduce", *args, "--store-dir", str(tmp_path)]) == 2
+    assert msg in capsys.readouterr().err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_list(capsys):
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    for paper in rp.PAPERS:
+        assert f"{paper}:" in out
+    assert "cells: case1, case2, case3" in out
+
+
+def test_select_rejects_unknown():
+    with pytest.raises(ConfigError, match="allowed: a, b"):
+        rp.select([rp.Cell("a"), rp.Cell("b")], ["c"], "cells", "id")
+
+
+@pytest.mark.slow
+def test_jobs_2_runs_in_worker_processes_with_the_same_results(tmp_path, capsys):
+    """--jobs 2: the runs happen in two worker processes (one thread each), nested and tagged as with --jobs 1, and
+    give the same metrics (same config + seed -> same metrics on CPU; the smoke scale sets one thread anyway)."""
+    base = ["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
+            "--methods", "FedAvg,DA-PFL"]
+    assert main([*base, "--jobs", "2", "--store-dir", str(tmp_path / "a")]) == 0
+    assert main([*base, "--jobs", "1", "--store-dir", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    got = {}
+    for name in ("a", "b"):
+        _, runs = _runs(tmp_path / name)
+        kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+        assert len(kids) == 2
+        got[name] = {r.data.tags["flplat.reproduce.method"]: r.data.metrics["mean_local_accuracy_last10"]
+                     for r in kids}
+    assert got["a"] == got["b"]
+
+
+def test_a_run_that_fails_its_config_is_skipped_not_fatal(tmp_path, capsys):
+    """An error found while preparing one run (here: every Dirichlet redraw leaves a client under min_samples) skips
+    that run with its reason; the table is still written, the cell "not run"."""
+    assert main(["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
+                 "--methods", "FedAvg", "--store-dir", str(tmp_path), "--set", "partition.min_samples=500",
+                 "partition.max_retries=1"]) == 0
+    out = capsys.readouterr()
+    assert "digits_k20_low FedAvg s0: skipped (" in out.err
+    assert "| digits_k20_low | FedAvg | 66.83 | — | — | not run |" in out.out
