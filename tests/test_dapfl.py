@@ -10,11 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from flplat.algorithms.base import FederationInfo
-from flplat.algorithms.dapfl import DAPFL
+from flplat.algorithms.base import ClientPlan, FederationInfo
+from flplat.algorithms.dapfl import DAPFL, ProximalStep
+from flplat.algorithms.fedprox import ProximalTerm
 from flplat.engine.state import ParamLayout
 from flplat.errors import ConfigError
-from flplat.experiment import load_config, run
+from flplat.experiment import load_config, prepare, run
 from flplat.maths.dapfl_affinity import (
     adjusted_cosine,
     affinity_matrix,
@@ -123,6 +124,8 @@ def test_dapfl_config_errors():
         load_config(None, tiny_overrides(**{"algorithm.name": "dapfl", "algorithm.sigma": 0}))
     with pytest.raises(ConfigError, match="algorithm.local_start"):
         load_config(None, tiny_overrides(**{"algorithm.name": "dapfl", "algorithm.local_start": "x"}))
+    with pytest.raises(ConfigError, match="algorithm.pull"):
+        load_config(None, tiny_overrides(**{"algorithm.name": "dapfl", "algorithm.pull": "momentum"}))
     with pytest.raises(ConfigError, match="metrics.class_bucket_edges"):
         load_config(None, tiny_overrides(**{"metrics.class_bucket_edges": "[80, 30]"}))
 
@@ -136,6 +139,32 @@ def test_dapfl_with_lambda_zero_is_exactly_local_training(tiny_cfg):
     a = run(tiny_cfg(**{"algorithm.name": "dapfl", "federation.rounds": 3}), progress=False)[0]
     assert not torch.equal(a.state.personal.get(int(np.flatnonzero(a.state.personal._written)[0])),
                            loc.state.personal.get(int(np.flatnonzero(a.state.personal._written)[0])))
+
+
+def test_post_step_pull_is_the_authors_update_after_each_optimizer_step(tiny_cfg):
+    """pull=step: after the SGD step θ' = θ − lr·g, θ ← θ' − lr·λ·(θ' − c), with the plan's lr (the trainer's
+    HookContext.lr); one full-batch step so the expected weights follow from a run without the hook."""
+    p = prepare(tiny_cfg(**{"algorithm.name": "dapfl", "federation.batch_size": 1000,
+                            "federation.optimizer.name": "sgd", "federation.optimizer.momentum": 0.0,
+                            "federation.optimizer.weight_decay": 0.0}))
+    idx = p.data.clients[0].train
+    w0 = p.init_weights
+    center = w0 + torch.linspace(-1.0, 1.0, w0.numel())
+    plain = p.trainer.train(0, ClientPlan(weights=w0, lr=0.3), idx, seed=5).weights
+    pulled = p.trainer.train(0, ClientPlan(weights=w0, lr=0.3, hooks=(ProximalStep(center, 2.0),)), idx, seed=5)
+    assert torch.allclose(pulled.weights, plain - 0.3 * 2.0 * (plain - center), atol=1e-6)
+    # the loss-term pull of Eq. 10 differs: its gradient λ(θ − c) is taken before the step
+    term = p.trainer.train(0, ClientPlan(weights=w0, lr=0.3, hooks=(ProximalTerm(center, 2.0),)), idx, seed=5)
+    assert torch.allclose(term.weights, plain - 0.3 * 2.0 * (w0 - center), atol=1e-6)
+
+
+def test_dapfl_pull_key_selects_the_hook():
+    strat = _strategy(FIG1, pull="step")
+    state = strat.init_state(torch.zeros(6), np.random.default_rng(0), None)
+    strat.select(state, np.random.default_rng(0), None)
+    part = int(state.extra["participants"][0])
+    assert [type(h) for h in strat.plan(state, part).hooks] == [ProximalStep]
+    assert [type(h) for h in _strategy(FIG1).plan(state, part).hooks] == [ProximalTerm]
 
 
 # ---- metrics -------------------------------------------------------------------------------------------

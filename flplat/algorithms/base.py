@@ -36,6 +36,7 @@ class HookContext:
     layout: ParamLayout
     params: list[torch.Tensor]
     batch: tuple[torch.Tensor, torch.Tensor] | None = None  # the current step's (x, y), set by the trainer
+    lr: float = 0.0  # the current phase's learning rate, set by the trainer (DA-PFL's post-step pull)
 
     def param_views(self, vec: torch.Tensor) -> list[torch.Tensor]:
         """Views of a flat vector shaped like ``params`` (e.g. the global model as a proximal centre)."""

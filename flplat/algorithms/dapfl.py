@@ -20,9 +20,13 @@ Choices (config keys; the paper's reading is the default, the authors' code in b
 ``min_shared`` classes for an overlap (1 [2]), ``fill_factor`` for pairs without overlap (1.0 [0.9]),
 ``distance_power`` (2 [1]: the code uses the unsquared norm), ``sigma`` (1; the code has none, i.e. 1),
 ``eps``; ``local_start``: ``personal`` (Eq. 10 updates w_i^{t−1}) or ``aggregated`` (start from w_i^g). The
-distance is taken over the model's parameters (not normalisation buffers). The authors apply the proximal pull
-as a step θ ← θ − lr·λ(θ − w_i^g) after each SGD step; here it is the loss term of Eq. 10 (identical for plain
-SGD; with momentum the term also enters the momentum buffer).
+distance is taken over the model's parameters (not normalisation buffers). ``pull``: ``loss`` (default, the
+paper's Eq. 10: λ/2‖w − w_i^g‖² is a term of the local loss, so with momentum it also enters the momentum buffer
+and weight decay applies to the sum) or ``step`` (the authors' code: after each optimizer step
+θ ← θ − lr·λ·(θ − w_i^g), outside the optimizer; :class:`ProximalStep`). The two agree for plain SGD up to
+where the pull is evaluated (before or after the step); with momentum β the loss term's steady-state pull is
+1/(1 − β) times stronger (2× at the authors' β = 0.5). ``pull=step`` trains with the per-client loop (hooks with
+``after_step`` are not vectorised).
 """
 
 from __future__ import annotations
@@ -33,10 +37,28 @@ import numpy as np
 import torch
 
 from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, PersonalizedStrategy, sample_uniform
+from flplat.algorithms.base import ClientPlan, LocalHook, PersonalizedStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice
 from flplat.maths.dapfl_affinity import affinity_matrix, dynamic_weights, pairwise_distances
+
+
+class ProximalStep(LocalHook):
+    """The authors' form of Eq. 10's pull: after every optimizer step θ ← θ − lr·λ·(θ − c) for each parameter,
+    ``c`` the centre (w_i^g) given as a flat vector and lr the phase's learning rate (``HookContext.lr``)."""
+
+    def __init__(self, center: torch.Tensor, lam: float):
+        self.center = center
+        self.lam = lam
+
+    def setup(self, ctx):
+        self._centers = ctx.param_views(self.center)
+
+    def after_step(self, ctx):
+        rate = ctx.lr * self.lam
+        with torch.no_grad():
+            for p, c in zip(ctx.params, self._centers):
+                p.sub_(rate * (p - c))
 
 
 @register
@@ -54,6 +76,7 @@ class DAPFL(PersonalizedStrategy):
         affinity: bool = True  # False: equal affinities (DA-PFL-V1 together with dynamic=false)
         dynamic: bool = True  # False: no model-distance term in Eq. 7 (DA-PFL-V2)
         local_start: str = "personal"  # personal | aggregated
+        pull: str = "loss"  # loss (Eq. 10's loss term) | step (the authors' post-step θ ← θ − lr·λ(θ − w_i^g))
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
@@ -68,6 +91,7 @@ class DAPFL(PersonalizedStrategy):
         if cfg.local_start not in ("personal", "aggregated"):
             raise ConfigError(f"{section}.local_start={cfg.local_start!r} is not valid; "
                               "choose one of: aggregated, personal")
+        param_choice(section, cfg, "pull", ("loss", "step"))
 
     def init_state(self, init_weights, rng, ops):
         state = super().init_state(init_weights, rng, ops)
@@ -107,9 +131,9 @@ class DAPFL(PersonalizedStrategy):
         # a client planned outside `select` (not a participant) aggregates as a lone participant: its own model
         wg = state.extra["aggregated"][int(hit[0, 0])] if len(hit) else state.personal.get(client)
         start = state.personal.get(client) if self.cfg.local_start == "personal" else wg
-        hooks = (ProximalTerm(wg, self.cfg.lam),) if self.cfg.lam > 0 else ()
+        pull = ProximalTerm if self.cfg.pull == "loss" else ProximalStep
+        hooks = (pull(wg, self.cfg.lam),) if self.cfg.lam > 0 else ()
         return ClientPlan(weights=start, hooks=hooks)
-
 
     def round_metrics(self, state):
         alpha = state.extra.get("alpha")

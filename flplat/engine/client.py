@@ -166,7 +166,9 @@ class ClientTrainer:
         if plan.weights is not None:
             self.layout.load(plan.weights)
         self._set_trainable(plan.trainable)
-        opt = self._optimizer(plan.trainable, plan.lr if plan.lr is not None else self.opt_cfg.lr)
+        lr = plan.lr if plan.lr is not None else self.opt_cfg.lr
+        opt = self._optimizer(plan.trainable, lr)
+        self.hook_ctx.lr = float(lr)
         module, fabric = self.module, self.fabric
         module.hooks = plan.hooks
         for h in plan.hooks:
