@@ -1,5 +1,6 @@
 """The DA-PFL investigation's runner (docs/dapfl_investigation.md): every (method, seed) of one config cell in
-one process, one JSON line per finished run (skipped when the same config/method/seed/overrides line is already in --out).
+one process, one JSON line per finished run (skipped when the same config/method/seed/overrides line is already
+in --out).
 
   python docs/results/dapfl/investigation/grid.py configs/dapfl/digits_k20_a1.0.yaml --seeds 0 1 2 \
       --out docs/results/dapfl/investigation/h1.jsonl --set fabric.num_threads=1 \
