@@ -1,5 +1,6 @@
 """The DA-PFL investigation's runner (docs/dapfl_investigation.md): every (method, seed) of one config cell in
-one process, one JSON line per finished run (skipped when the same method/seed/overrides line is already in --out).
+one process, one JSON line per finished run (skipped when the same config/method/seed/overrides line is already
+in --out).
 
   python docs/results/dapfl/investigation/grid.py configs/dapfl/digits_k20_a1.0.yaml --seeds 0 1 2 \
       --out docs/results/dapfl/investigation/h1.jsonl --set fabric.num_threads=1 \
@@ -44,13 +45,13 @@ def main() -> int:
     if out.is_file():
         for line in out.read_text().splitlines():
             r = json.loads(line)
-            done.add((r["method"], r["seed"], tuple(r["overrides"])))
+            done.add((r["config"], r["method"], r["seed"], tuple(r["overrides"])))
     for spec in a.methods:
         name, _, rest = spec.partition(":")
         over = [kv for kv in rest.split(",") if kv]
         for seed in a.seeds:
             dots = [*a.set, *over, f"seed={seed}", "tracking.enabled=false"]
-            if (name, seed, tuple(dots)) in done:
+            if (a.config, name, seed, tuple(dots)) in done:
                 continue
             cb = Curve()
             t0 = time.perf_counter()
