@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import tiny_overrides  # noqa: E402
+from conftest import ALGORITHM_OVERRIDES, tiny_overrides  # noqa: E402
 
 from flplat.engine.sharding import is_main_process  # noqa: E402
 from flplat.experiment import (
@@ -23,7 +23,8 @@ def main() -> None:
     results = {}
     for name in algos:
         cfg = load_config(None, tiny_overrides(**{"algorithm.name": name, "fabric.devices": devices,
-                                                  "fabric.num_threads": 1, "federation.rounds": 3}))
+                                                  "fabric.num_threads": 1, "federation.rounds": 3,
+                                                  **ALGORITHM_OVERRIDES.get(name, {})}))
         summary, _ = run(cfg, progress=False)
         results[name] = [{k: v for k, v in h.items() if k != "round_time_s"} for h in summary.history]
     if is_main_process():

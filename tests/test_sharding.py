@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, tiny_overrides
+from conftest import ALGORITHM_OVERRIDES, REPO, tiny_overrides
 
 from flplat.algorithms import ALGORITHMS
 from flplat.engine.sharding import balance
@@ -43,7 +43,7 @@ def test_two_processes_match_one(name, sharded_results):
     torch.set_num_threads(1)
     try:
         cfg = load_config(None, tiny_overrides(**{"algorithm.name": name, "fabric.num_threads": 1,
-                                                  "federation.rounds": 3}))
+                                                  "federation.rounds": 3, **ALGORITHM_OVERRIDES.get(name, {})}))
         single, _ = run(cfg, progress=False)
     finally:
         torch.set_num_threads(threads)

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_overrides
+from conftest import ALGORITHM_OVERRIDES, tiny_overrides
 
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import ClientPlan, LocalHook
@@ -158,7 +158,7 @@ def test_functional_optimizer_is_torch_optim_and_freezes_finished_clients(name, 
 
 
 def test_every_algorithm_plans_train_the_same_vectorised():
-    p = _prepare(**{"federation.local_epochs": 1})
+    p = _prepare(**{"federation.local_epochs": 1, **ALGORITHM_OVERRIDES["cafa"]})  # every algorithm can run on it
     loop, vec = LocalExecutor(p.trainer, p.data, 0), LocalExecutor(p.trainer, p.data, 0, vectorize=True)
     for name in sorted(ALGORITHMS):
         algo = ALGORITHMS[name]

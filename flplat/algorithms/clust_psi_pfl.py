@@ -13,7 +13,7 @@ Choices where the paper is open (all config keys):
 
 * ``max_clusters`` (null): the paper's Algorithm scans every j = 2..K-1 (``null``, the default: no cap); an
   integer >= 2 caps the candidates at min(max_clusters, K - 1), an opt-in deviation that makes the search cheap
-  (the full scan costs one K-means per j: seconds at K = 100, minutes at K = 1,000, docs/performance.md). On
+  (the full scan costs one K-means per j: 2 CPU s at K = 100, 305 CPU s at K = 1,000, docs/performance.md). On
   FMNIST K = 100 Dirichlet the full scan picks tau = 32-59 where a cap of 20 picks 2-20.
 * ``search_jobs`` (1): processes fitting the candidates' K-means in parallel; the result does not depend on it.
 * ``silhouette_sample`` (1000): silhouettes on one random subset of that many clients, as the paper suggests for
