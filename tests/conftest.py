@@ -21,6 +21,7 @@ def tiny_overrides(**extra) -> list[str]:
         "partition.num_clients": 6, "partition.min_samples": 10, "model.name": "mlp", "model.hidden": "[16]",
         "federation.rounds": 2, "federation.client_fraction": 0.5, "federation.local_epochs": 1,
         "federation.batch_size": 16, "tracking.enabled": "false",
+        "algorithm_defaults.flux_prior.num_clusters": 2,  # Dirichlet has no planted M for Flux-prior's default 0
     }
     base.update(extra)
     return [f"{k}={v}" for k, v in base.items()]

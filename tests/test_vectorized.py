@@ -162,7 +162,8 @@ def test_every_algorithm_plans_train_the_same_vectorised():
     loop, vec = LocalExecutor(p.trainer, p.data, 0), LocalExecutor(p.trainer, p.data, 0, vectorize=True)
     for name in sorted(ALGORITHMS):
         algo = ALGORITHMS[name]
-        strategy = algo(algo.Config(), p.strategy.info)
+        # Flux-prior's default M = 0 (the partition's) needs planted distributions: give it M here
+        strategy = algo(algo.Config(num_clusters=2) if name == "flux_prior" else algo.Config(), p.strategy.info)
         state = strategy.init_state(p.init_weights, np.random.default_rng(0), loop)
         plans = [(k, strategy.plan(state, k)) for k in range(2)]
         _assert_match(vec.train(plans, 1), loop.train(plans, 1))
