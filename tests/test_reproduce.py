@@ -169,6 +169,7 @@ def test_cli_analysis_table_smoke(tmp_path, capsys):
     (["dapfl", "table3_digits", "--cells", "digits_k7"], "--cells=digits_k7 unknown"),
     (["dapfl", "table3_digits", "--methods", "FedFoo"], "--methods=FedFoo unknown"),
     (["dapfl", "table3_digits", "--scale", "huge"], "--scale='huge'"),
+    (["cafa", "table2", "--methods", "Acc,Foo"], "--methods=Foo unknown"),
     (["dapfl", "table3_digits", "--jobs", "999"], "--jobs=999"),
     (["dapfl", "table3_digits", "--set", "federation.rounds=0"], "federation.rounds"),
 ])

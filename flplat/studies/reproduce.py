@@ -462,6 +462,7 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
             plans[t.id] = (sd, plan(paper, t, scale, sd, methods, cells, overrides, experiment, store_dir))
         else:
             select(t.cells, cells, "cells", "id")
+            select(t.methods, methods, "methods", "name")
             plans[t.id] = (sd, None)
     store = Store(experiment, store_dir)
     texts = []

@@ -21,9 +21,9 @@ METHODS = [Method(n, [f"algorithm.name={a}"]) for n, a in (
     ("FedDrift", "feddrift"), ("CFL", "cfl"), ("pFedMe", "pfedme"), ("APFL", "apfl"), ("ATP", "atp"),
     ("Flux", "flux"), ("Flux-prior", "flux_prior"))]
 CLUSTERED = [m for m in METHODS if m.name in ("IFCA", "FeSEM", "FedDrift", "CFL", "Flux", "Flux-prior")]
-SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=60"],
+SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=30"],  # 20 clients (10 unseen) x 30 = the 600 pool
           "reduced": ["partition.samples_per_client=500", "federation.optimizer.lr=0.03"]}
-NOTES = {"smoke": "CI size: 60 samples per client, 2 rounds of 1 epoch, the MLP",
+NOTES = {"smoke": "CI size: 30 samples per client, 2 rounds of 1 epoch, the MLP",
          "reduced": "500 samples per client instead of the whole pool dealt evenly (about 3,000), SGD lr 0.03 instead "
                     "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper"}
 COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005)

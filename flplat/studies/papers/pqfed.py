@@ -40,7 +40,9 @@ TABLE2_CELLS = [Cell("exp1", CONFIG, [*FED2, "algorithm.selection=none"]),
                 Cell("exp4", CONFIG, [*FED2, *_given(range(1, 10))]),
                 Cell("exp5", CONFIG, [*FED2, "algorithm.selection=all"])]
 TABLE5_CELLS = [Cell(f"exp{5 + j}", CONFIG, [*FED16, *_given(range(1, j + 1))]) for j in range(1, 12)]
-SCALES = {"smoke": [*SMOKE, "partition.pqfed_samples_per_source=30", "partition.pqfed_target_test_per_source=30",
+# smoke: the whole MNIST pool (the sources are drawn from it) and test set (it holds the 500-image public sample)
+SCALES = {"smoke": [*SMOKE, "data.max_train_samples=0", "data.max_test_samples=0",
+                    "partition.pqfed_samples_per_source=30", "partition.pqfed_target_test_per_source=30",
                     "federation.eval_every=2"],
           "reduced": ["partition.pqfed_samples_per_source=200", "partition.pqfed_target_test_per_source=200",
                       "federation.rounds=10", "federation.eval_every=10"]}
