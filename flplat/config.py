@@ -132,6 +132,10 @@ class TrackingConfig:
     store_dir: str = "mlruns"
     plots: bool = True
     parent_run_id: str | None = None  # nest this run under another (seed sweeps, tuning studies)
+    log_models: bool = True  # final global / cluster models as artifacts under models/ (flplat/tracking/models.py)
+    log_personal_models: bool = False  # also every client's final model (K x P: as large as the client store)
+    system_metrics: bool = True  # MLflow's system/* metrics when psutil is installed (extra [system])
+    system_metrics_interval: float = 10.0  # seconds between system-metric samples
 
 
 @dataclass
@@ -156,6 +160,9 @@ class ExperimentConfig:
     fabric: FabricConfig = field(default_factory=FabricConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # filled by validation, not meant to be set: keys under ``algorithm`` that belong to another registered
+    # algorithm, carried but not used by the chosen one (see :func:`split_foreign_keys`)
+    algorithm_unused: Any = field(default_factory=dict)
 
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
@@ -185,6 +192,24 @@ def namespaced_section(section: str, registry: dict, raw: Any) -> DictConfig:
     if check is not None:
         check(merged, section)
     return out
+
+
+def split_foreign_keys(section: str, registry: dict, raw: Any) -> tuple[dict, dict]:
+    """Split a ``{name: ..., **params}`` section into (the chosen entry's section, keys of *other* registered
+    entries). Switching ``algorithm.name`` on a config written for another algorithm then works: the other
+    algorithm's keys (e.g. ``algorithm.eps`` of Clust-PSI-PFL under ``algorithm.name=fedavg``) are carried, not
+    used, and reported by the caller. A key no registered entry defines is left in the section, so
+    :func:`namespaced_section` still rejects it naming the valid keys."""
+    raw = OmegaConf.to_container(raw) if isinstance(raw, DictConfig) else dict(raw or {})
+    name = raw.get("name")
+    if name not in registry:
+        return raw, {}
+    own = {f.name for f in dataclasses.fields(registry[name].Config)}
+    others: set[str] = set()
+    for entry in registry.values():
+        others.update(f.name for f in dataclasses.fields(entry.Config))
+    foreign = {k: v for k, v in raw.items() if k != "name" and k not in own and k in others}
+    return {k: v for k, v in raw.items() if k not in foreign}, foreign
 
 
 @dataclass(frozen=True)
@@ -313,7 +338,9 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
            "two numbers [a, b] with 0 <= a <= b")
 
     cfg.model = namespaced_section("model", names.models, cfg.model)
-    cfg.algorithm = namespaced_section("algorithm", names.algorithms, cfg.algorithm)
+    own, foreign = split_foreign_keys("algorithm", names.algorithms, cfg.algorithm)
+    cfg.algorithm = namespaced_section("algorithm", names.algorithms, own)
+    cfg.algorithm_unused = foreign  # logged as params algorithm_unused.* and warned about (flplat.experiment)
     return cfg
 
 
