@@ -225,6 +225,21 @@ class Registries:
     algorithms: dict
 
 
+def _set_aside_switched_algorithm_keys(file_layer: DictConfig, override_layer: DictConfig) -> None:
+    """When the overrides switch ``algorithm.name`` away from the file's algorithm, the file's ``algorithm.*``
+    keys are that algorithm's hyperparameters: move them to ``algorithm_unused`` (carried, reported, not used),
+    so the chosen algorithm starts from its own defaults plus the ``algorithm.*`` overrides -- also where both
+    algorithms define a key of the same name (``tau``, ``selection``) with another meaning."""
+    section = file_layer.get("algorithm") if isinstance(file_layer, DictConfig) else None
+    chosen = OmegaConf.select(override_layer, "algorithm.name", default=None)
+    if not isinstance(section, DictConfig) or chosen is None or section.get("name") in (None, chosen):
+        return
+    keys = {k: v for k, v in OmegaConf.to_container(section).items() if k != "name"}
+    if keys:
+        file_layer.algorithm = {"name": section.get("name")}
+        file_layer.algorithm_unused = keys
+
+
 def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
     """Merge the schema defaults, an optional YAML file and ``dotted.key=value`` overrides (not yet validated:
     :func:`flplat.experiment.load_config` parses and validates)."""
@@ -244,6 +259,8 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
             raise ConfigError(f"override {o!r} must look like dotted.key=value")
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
+        if len(layers) == 2:
+            _set_aside_switched_algorithm_keys(*layers)
         cfg = OmegaConf.merge(base, *layers)
     except (ConfigKeyError, ConfigAttributeError) as e:
         key = getattr(e, "full_key", None) or first_line(e)
@@ -328,6 +345,9 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_range(fb.num_nodes >= 1, "fabric.num_nodes", fb.num_nodes, "an integer >= 1")
     check_range(fb.num_threads >= 0, "fabric.num_threads", fb.num_threads, "an integer >= 0 (0: torch's default)")
 
+    check_range(cfg.tracking.system_metrics_interval > 0, "tracking.system_metrics_interval",
+                cfg.tracking.system_metrics_interval, "a number of seconds > 0")
+
     mc = cfg.metrics
     check_choice("metrics.accuracy_key", mc.accuracy_key, ("mean_local_accuracy", "global_accuracy"))
     check_range(mc.last_rounds >= 1, "metrics.last_rounds", mc.last_rounds, "an integer >= 1")
@@ -340,7 +360,8 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     cfg.model = namespaced_section("model", names.models, cfg.model)
     own, foreign = split_foreign_keys("algorithm", names.algorithms, cfg.algorithm)
     cfg.algorithm = namespaced_section("algorithm", names.algorithms, own)
-    cfg.algorithm_unused = foreign  # logged as params algorithm_unused.* and warned about (flplat.experiment)
+    carried = OmegaConf.to_container(cfg.algorithm_unused) if isinstance(cfg.algorithm_unused, DictConfig) else {}
+    cfg.algorithm_unused = {**carried, **foreign}  # logged as params algorithm_unused.*, warned about (experiment)
     return cfg
 
 
