@@ -74,6 +74,7 @@ def plot_curves(curves: dict[str, dict[str, dict[str, list[float]]]], metric: st
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     n = max(len(curves), 1)
     fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 3.8), squeeze=False)
@@ -83,6 +84,7 @@ def plot_curves(curves: dict[str, dict[str, dict[str, list[float]]]], metric: st
             (line,) = ax.plot(x, m, marker="o", ms=2.5, label=f"{row} (n={int(c['n'][0])})")
             ax.fill_between(x, m - s, m + s, color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set(xlabel="round", ylabel=metric, title=setting)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"{metric}: mean ± std over seeds", fontsize=10)
