@@ -11,8 +11,6 @@ training, no MLflow run is created.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,16 +37,19 @@ def evaluate_run(run_id: str, which: str = "global", index: int | None = None, o
     from flplat.data.partitions import build_federation
     from flplat.engine.state import derive_seed
     from flplat.metrics.evaluation import summarize
-    from flplat.tracking.models import build_saved, load_weights
+    from flplat.tracking.models import build_saved, download, load_weights
     from flplat.tracking.runs import store_uris
 
     uri, _ = store_uris(tracking_uri, store_dir)
     client = MlflowClient(tracking_uri=uri)
     try:
         client.get_run(run_id)
-        cfg_path = Path(client.download_artifacts(run_id, "config.yaml", tempfile.mkdtemp(prefix="flplat-eval-")))
-    except (MlflowException, OSError):
-        raise ConfigError(f"RUN_ID={run_id!r} is not a run with a config.yaml in {uri} (see `flplat ui`)") from None
+    except MlflowException:
+        cfg_path = None
+    else:
+        cfg_path = download(client, run_id, "config.yaml")
+    if cfg_path is None:
+        raise ConfigError(f"RUN_ID={run_id!r} is not a run with a config.yaml in {uri} (see `flplat ui`)")
     cfg = load_config(cfg_path, list(overrides))
     weights, arch = load_weights(client, run_id, which, index)
     net = build_saved(weights, arch)

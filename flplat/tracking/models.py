@@ -18,6 +18,7 @@ Weights are flat vectors in the platform's layout (:class:`flplat.engine.state.P
 from __future__ import annotations
 
 import io
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from flplat.errors import ConfigError
 
 MODEL_DIR = "models"
 WHICH = ("global", "cluster", "personal")
+PROGRESS_VAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def _save(client, run_id: str, obj: Any, name: str) -> None:
@@ -65,13 +67,21 @@ def log_models(client, run_id: str, orch, model_cfg: dict[str, Any], personal: b
     return written
 
 
-def _download(client, run_id: str, path: str) -> Path | None:
+def download(client, run_id: str, path: str) -> Path | None:
+    """One artifact of a run into a fresh temporary directory (no progress bar), or None when it is missing."""
     from mlflow.exceptions import MlflowException
 
+    saved = os.environ.get(PROGRESS_VAR)
+    os.environ[PROGRESS_VAR] = "false"
     try:
         return Path(client.download_artifacts(run_id, path, tempfile.mkdtemp(prefix="flplat-model-")))
     except (MlflowException, OSError):
         return None
+    finally:
+        if saved is None:
+            os.environ.pop(PROGRESS_VAR, None)
+        else:
+            os.environ[PROGRESS_VAR] = saved
 
 
 def saved_models(client, run_id: str) -> list[str]:
@@ -86,7 +96,7 @@ def load_weights(client, run_id: str, which: str = "global", index: int | None =
     """(flat weight vector, architecture dict) of one saved model of run ``run_id``."""
     if which not in WHICH:
         raise ConfigError(f"which={which!r} is not valid; choose one of: {', '.join(WHICH)}")
-    arch_file = _download(client, run_id, f"{MODEL_DIR}/model.yaml")
+    arch_file = download(client, run_id, f"{MODEL_DIR}/model.yaml")
     if arch_file is None:
         raise ConfigError(f"run {run_id} has no saved model (no {MODEL_DIR}/model.yaml artifact; runs log their "
                           "models since tracking.log_models was added, and only when they finish)")
@@ -96,7 +106,7 @@ def load_weights(client, run_id: str, which: str = "global", index: int | None =
         raise ConfigError(f"which={which!r}: run {run_id} saved no {which} model; available: "
                           f"{', '.join(available) or '(none)'}")
     fname = "clusters.pt" if which == "cluster" else f"{which}.pt"
-    blob = torch.load(_download(client, run_id, f"{MODEL_DIR}/{fname}"), map_location="cpu", weights_only=True)
+    blob = torch.load(download(client, run_id, f"{MODEL_DIR}/{fname}"), map_location="cpu", weights_only=True)
     w = blob["weights"]
     if which == "global":
         if index is not None:
