@@ -2,7 +2,11 @@
 
 An experiment config is an :class:`ExperimentConfig`. The ``algorithm`` and ``model`` sections are namespaced by
 name: their keys are checked against the ``Config`` dataclass registered under ``algorithm.name`` /
-``model.name``, so ``algorithm.mu`` is only valid when the algorithm defines ``mu``.
+``model.name``, so ``algorithm.mu`` is only valid when the algorithm defines ``mu``. Switching algorithms on a
+config written for another one works: keys of *other* registered algorithms (the file's algorithm keys when an
+override changes ``algorithm.name``, or overrides such as ``algorithm.mu`` under FedAvg) are moved to
+``algorithm_unused`` -- carried, warned about, logged as ``algorithm_unused.*`` params, never used; a key of no
+registered algorithm stays an error.
 
 Every invalid value raises :class:`~flplat.errors.ConfigError` with a one-line message that names the dotted key
 and the allowed values; the CLI turns it into exit status 2 before anything (an MLflow run, a file) is created.

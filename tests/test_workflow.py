@@ -266,11 +266,11 @@ def test_cluster_and_personal_models(tmp_path):
     assert res["which"] == "cluster[0]"
 
 
-def test_evaluate_cli_bad_run(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    res = subprocess.run([sys.executable, "-m", "flplat.cli", "evaluate", "nope", "--store-dir", str(tmp_path)],
-                         capture_output=True, text=True, env=env, timeout=300)
-    assert res.returncode == 2 and "flplat: error: RUN_ID='nope'" in res.stderr
+def test_evaluate_cli_bad_run(tmp_path, capsys):
+    from flplat.cli import main
+
+    assert main(["evaluate", "nope", "--store-dir", str(tmp_path)]) == 2
+    assert "flplat: error: RUN_ID='nope'" in capsys.readouterr().err
 
 
 def test_import_flplat_stays_light():
