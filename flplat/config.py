@@ -3,10 +3,10 @@
 An experiment config is an :class:`ExperimentConfig`. The ``algorithm`` and ``model`` sections are namespaced by
 name: their keys are checked against the ``Config`` dataclass registered under ``algorithm.name`` /
 ``model.name``, so ``algorithm.mu`` is only valid when the algorithm defines ``mu``. Switching algorithms on a
-config written for another one works: keys of *other* registered algorithms (the file's algorithm keys when an
-override changes ``algorithm.name``, or overrides such as ``algorithm.mu`` under FedAvg) are moved to
-``algorithm_unused`` -- carried, warned about, logged as ``algorithm_unused.*`` params, never used; a key of no
-registered algorithm stays an error.
+config written for another one works: when an override changes ``algorithm.name``, the file's algorithm keys are
+moved to ``algorithm_unused`` -- carried, warned about, logged as ``algorithm_unused.*`` params, never used -- and
+the chosen algorithm starts from its defaults plus the ``algorithm.*`` overrides. An override that the chosen
+algorithm does not define stays an error (naming the algorithms that define it).
 
 Every invalid value raises :class:`~flplat.errors.ConfigError` with a one-line message that names the dotted key
 and the allowed values; the CLI turns it into exit status 2 before anything (an MLflow run, a file) is created.
@@ -164,8 +164,8 @@ class ExperimentConfig:
     fabric: FabricConfig = field(default_factory=FabricConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    # filled by validation, not meant to be set: keys under ``algorithm`` that belong to another registered
-    # algorithm, carried but not used by the chosen one (see :func:`split_foreign_keys`)
+    # filled by parse_config, not meant to be set: the config file's algorithm keys when an override switched
+    # algorithm.name to another algorithm -- carried, reported, not used (see _set_aside_switched_algorithm_keys)
     algorithm_unused: Any = field(default_factory=dict)
 
 
@@ -198,22 +198,9 @@ def namespaced_section(section: str, registry: dict, raw: Any) -> DictConfig:
     return out
 
 
-def split_foreign_keys(section: str, registry: dict, raw: Any) -> tuple[dict, dict]:
-    """Split a ``{name: ..., **params}`` section into (the chosen entry's section, keys of *other* registered
-    entries). Switching ``algorithm.name`` on a config written for another algorithm then works: the other
-    algorithm's keys (e.g. ``algorithm.eps`` of Clust-PSI-PFL under ``algorithm.name=fedavg``) are carried, not
-    used, and reported by the caller. A key no registered entry defines is left in the section, so
-    :func:`namespaced_section` still rejects it naming the valid keys."""
-    raw = OmegaConf.to_container(raw) if isinstance(raw, DictConfig) else dict(raw or {})
-    name = raw.get("name")
-    if name not in registry:
-        return raw, {}
-    own = {f.name for f in dataclasses.fields(registry[name].Config)}
-    others: set[str] = set()
-    for entry in registry.values():
-        others.update(f.name for f in dataclasses.fields(entry.Config))
-    foreign = {k: v for k, v in raw.items() if k != "name" and k not in own and k in others}
-    return {k: v for k, v in raw.items() if k not in foreign}, foreign
+def owners(registry: dict, key: str) -> list[str]:
+    """The registered entries whose Config defines ``key``."""
+    return sorted(n for n, e in registry.items() if key in {f.name for f in dataclasses.fields(e.Config)})
 
 
 @dataclass(frozen=True)
@@ -362,10 +349,15 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
            "two numbers [a, b] with 0 <= a <= b")
 
     cfg.model = namespaced_section("model", names.models, cfg.model)
-    own, foreign = split_foreign_keys("algorithm", names.algorithms, cfg.algorithm)
-    cfg.algorithm = namespaced_section("algorithm", names.algorithms, own)
-    carried = OmegaConf.to_container(cfg.algorithm_unused) if isinstance(cfg.algorithm_unused, DictConfig) else {}
-    cfg.algorithm_unused = {**carried, **foreign}  # logged as params algorithm_unused.*, warned about (experiment)
+    name = cfg.algorithm.get("name")
+    if name in names.algorithms:  # a key of another algorithm: say whose (switching is done by parse_config)
+        own = {f.name for f in dataclasses.fields(names.algorithms[name].Config)}
+        for k in sorted(set(cfg.algorithm) - own - {"name"}):
+            if owners(names.algorithms, k):
+                raise ConfigError(f"unknown key algorithm.{k} for algorithm {name!r} (a key of "
+                                  f"{', '.join(owners(names.algorithms, k))}); valid keys: name, "
+                                  f"{', '.join(sorted(own)) or '(none)'}")
+    cfg.algorithm = namespaced_section("algorithm", names.algorithms, cfg.algorithm)
     return cfg
 
 

@@ -55,8 +55,8 @@ def load_config(path=None, overrides=()) -> DictConfig:
     :class:`~flplat.errors.ConfigError` (one line naming the key and the allowed values) on bad input."""
     cfg = validate(parse_config(path, overrides), registries())
     if cfg.algorithm_unused:
-        log.warning("algorithm.name=%s does not use %s (keys of other algorithms); they are carried, not used, and "
-                    "logged as algorithm_unused.*", cfg.algorithm.name,
+        log.warning("algorithm.name=%s does not use the config file's %s (keys of its algorithm); they are carried, "
+                    "not used, and logged as algorithm_unused.*", cfg.algorithm.name,
                     ", ".join(f"algorithm.{k}" for k in cfg.algorithm_unused))
     return cfg
 

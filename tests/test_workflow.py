@@ -190,9 +190,10 @@ def test_switched_algorithm_keys_are_carried_and_reported(caplog):
     assert cfg.algorithm.tau == 2 and cfg.algorithm_unused.tau is None and cfg.algorithm_unused.eps == 1e-6
     assert "algorithm.eps" in caplog.text and "carried, not used" in caplog.text
     assert flatten(cfg)["algorithm_unused.max_clusters"] == 20
-    # an override that belongs to another algorithm: carried and reported too
-    cfg = load_config(None, ["algorithm.name=fedavg", "algorithm.mu=0.1"])
-    assert dict(cfg.algorithm) == {"name": "fedavg"} and cfg.algorithm_unused.mu == 0.1
+    # overrides of the chosen algorithm apply; one it does not define is an error naming who defines it
+    assert load_config(path, ["algorithm.name=fedsoft", "algorithm.tau=3"]).algorithm.tau == 3
+    with pytest.raises(ConfigError, match=r"unknown key algorithm.mu for algorithm 'fedavg' \(a key of .*fedprox"):
+        load_config(None, ["algorithm.name=fedavg", "algorithm.mu=0.1"])
     # the file's own algorithm keeps its keys
     assert load_config(path).algorithm_unused == {}
     with pytest.raises(ConfigError, match="unknown key algorithm.bogus"):
@@ -209,8 +210,14 @@ def test_switch_on_the_command_line():
 
 
 def test_unused_keys_are_logged_with_the_run(tmp_path):
+    from flplat.experiment import load_config, run
+
     store = tmp_path / "mlruns"
-    _, run_id = _tracked(store, **{"algorithm.mu": 0.5, "federation.rounds": 1, "tracking.log_models": "false"})
+    path = tmp_path / "fedprox.yaml"
+    path.write_text("algorithm:\n  name: fedprox\n  mu: 0.5\n")
+    over = tiny_overrides(**{"tracking.enabled": "true", "tracking.store_dir": str(store), "federation.rounds": 1,
+                             "tracking.plots": "false", "tracking.log_models": "false", "algorithm.name": "fedavg"})
+    _, run_id = run(load_config(path, over), progress=False)
     run = _client(store).get_run(run_id)
     assert run.data.params["algorithm_unused.mu"] == "0.5" and "algorithm_unused.mu" in run.data.tags[
         "flplat.unused_keys"]
