@@ -5,9 +5,9 @@ virtualenv: the UI must start without an activated venv), waits for the server, 
 headless Chromium and writes a PNG per page:
 
     python tools/ui_screenshot.py --store-dir /tmp/runs --experiment demo --out docs/img/mlflow_runs.png
-    python tools/ui_screenshot.py --store-dir /tmp/runs --experiment demo --out /tmp/charts.png --view chart
 
-``--view runs`` (default) is the runs table, ``chart`` the metric charts of the same experiment. Needs a
+The page is the experiment's runs table in MLflow's model-training view (``?workflowType=machine_learning``; the
+charts are one click away, the ``compareRunsMode=CHART`` query did not open them in MLflow 3.17). Needs a
 Chromium (`apt-get install chromium`; or --browser PATH). Exit status 2 when no browser is found.
 """
 
@@ -82,10 +82,10 @@ def screenshot(browser: str, url: str, out: str, width: int = 1500, height: int 
         subprocess.run(cmd, check=True, capture_output=True, timeout=180)
 
 
-def experiment_url(base: str, exp_id: str, view: str = "runs") -> str:
+def experiment_url(base: str, exp_id: str) -> str:
     from flplat.cli import experiment_url as url
 
-    return url(base, exp_id) + ("&compareRunsMode=CHART" if view == "chart" else "")
+    return url(base, exp_id)
 
 
 def experiment_id(store_dir: str, name: str) -> str:
@@ -104,7 +104,6 @@ def main(argv=None) -> int:
     ap.add_argument("--store-dir", required=True)
     ap.add_argument("--experiment", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--view", choices=("runs", "chart"), default="runs")
     ap.add_argument("--browser", default=None)
     ap.add_argument("--width", type=int, default=1500)
     ap.add_argument("--height", type=int, default=900)
@@ -118,7 +117,7 @@ def main(argv=None) -> int:
     proc = ui_process(args.store_dir, port)
     try:
         wait_ready(port, proc)
-        url = experiment_url(f"http://127.0.0.1:{port}", exp, args.view)
+        url = experiment_url(f"http://127.0.0.1:{port}", exp)
         screenshot(browser, url, args.out, args.width, args.height)
     finally:
         stop(proc)
