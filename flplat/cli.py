@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from flplat.errors import ConfigError
 
@@ -138,6 +139,38 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default=None, help="also write each table's markdown and figure into this directory")
     rp.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run (last)")
 
+    c = sub.add_parser("compare", help="final metric mean ± std over seeds per algorithm, and per-round curves "
+                                       "with a band over seeds (logged to a parent run)",
+                       description="Compare the FINISHED runs of an experiment over seeds: a table of the final "
+                                   "metric (mean ± std, n = seeds) per algorithm and partition setting, and a PNG "
+                                   "of the per-round curves (mean, ± std band). Both are printed/written and logged "
+                                   "to a parent run of the experiment (flplat.kind=compare).",
+                       epilog="example:\n  flplat compare --experiment quickstart --metric global_accuracy",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--experiment", required=True, help="MLflow experiment name")
+    c.add_argument("--metric", default="global_accuracy", help="per-round run metric (default global_accuracy)")
+    c.add_argument("--by", default="algorithm",
+                   help="rows: algorithm (default), dataset, model, partition or comma-separated config keys, "
+                        "e.g. algorithm,federation.local_epochs")
+    c.add_argument("--out", default=None, metavar="PNG", help="also write the curves here (default: "
+                                                              "compare_<experiment>_<metric>.png)")
+    c.add_argument("--no-log", action="store_true", help="do not log the comparison to a parent run")
+    c.add_argument("--store-dir", default="mlruns")
+
+    e = sub.add_parser("evaluate", help="score a run's saved model on other data (no training, no new run)",
+                       description="Load a run's saved model (models/ artifacts) and score it on the data of the "
+                                   "run's config with --dataset/--partition/KEY=VALUE changes.",
+                       epilog="example:\n  flplat evaluate RUN_ID --partition iid\n"
+                              "  flplat evaluate RUN_ID partition.alpha=0.1 seed=3",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("run_id", metavar="RUN_ID")
+    e.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides of the run's config")
+    e.add_argument("--which", default="global", choices=("global", "cluster", "personal"))
+    e.add_argument("--index", type=int, default=None, help="cluster or client index (for --which cluster/personal)")
+    e.add_argument("--dataset", default=None, help="data.name to score on")
+    e.add_argument("--partition", default=None, help="partition.name to score on")
+    e.add_argument("--store-dir", default="mlruns")
+
     sub.add_parser("list", help="list datasets, partitions, models and algorithms",
                    description="List the registered datasets, partitions, models and algorithms.")
     return p
@@ -240,16 +273,72 @@ def cmd_partition_stats(args) -> int:
     return 0
 
 
-def cmd_ui(args) -> int:
+def ui_command(store_dir: str, host: str, port: int) -> list[str]:
+    """The MLflow UI server, started with this interpreter (``sys.executable -m mlflow``): it works from
+    ``.venv/bin/flplat ui`` without an activated virtualenv (nothing is looked up on PATH)."""
     from flplat.tracking.runs import store_uris
 
-    uri, artifacts = store_uris(None, args.store_dir)
-    cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port)]
+    uri, artifacts = store_uris(None, store_dir)
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
     if artifacts:
         cmd += ["--default-artifact-root", artifacts]
+    return cmd
+
+
+def experiment_url(base: str, experiment_id: str) -> str:
+    """An experiment's page in the model-training view (MLflow >= 3.x otherwise opens its GenAI view, whatever
+    the experiment's kind tag says, until "Model training" is clicked once in the sidebar)."""
+    return f"{base}/#/experiments/{experiment_id}?workflowType=machine_learning"
+
+
+def _experiment_links(store_dir: str, base: str) -> list[str]:
+    from flplat.tracking.runs import store_uris
+
+    uri, _ = store_uris(None, store_dir)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        return []
+    from mlflow.tracking import MlflowClient
+
+    try:
+        exps = MlflowClient(tracking_uri=uri).search_experiments(max_results=20, order_by=["last_update_time DESC"])
+    except Exception:  # an unreachable server: the UI will say so
+        return []
+    return [f"  {e.name}: {experiment_url(base, e.experiment_id)}" for e in exps]
+
+
+def cmd_ui(args) -> int:
+    cmd = ui_command(args.store_dir, args.host, args.port)
     print("running: " + " ".join(cmd), file=sys.stderr)
-    os.execvp(cmd[0], cmd)
+    links = _experiment_links(args.store_dir, f"http://{args.host}:{args.port}")
+    if links:
+        print("experiments (runs table and charts):\n" + "\n".join(links), file=sys.stderr)
+    os.execv(cmd[0], cmd)
     return 0  # not reached
+
+
+def cmd_compare(args) -> int:
+    from flplat.tracking.compare import compare
+    from flplat.tracking.runs import store_uris
+
+    uri, _ = store_uris(None, args.store_dir)
+    out = args.out or f"compare_{args.experiment}_{args.metric}.png".replace("/", "_")
+    res = compare(args.experiment, uri, args.metric, args.by, out, log=not args.no_log)
+    print(res["table"])
+    print(f"wrote {out} ({res['runs']} runs)" + (f"; logged to run {res['run_id']}" if res["run_id"] else ""),
+          file=sys.stderr)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from flplat.studies.evaluate import evaluate_run
+
+    over = list(args.overrides)
+    if args.dataset:
+        over.append(f"data.name={args.dataset}")
+    if args.partition:
+        over.append(f"partition.name={args.partition}")
+    print(json.dumps(evaluate_run(args.run_id, args.which, args.index, over, store_dir=args.store_dir), indent=2))
+    return 0
 
 
 def cmd_tune(args) -> int:
@@ -417,7 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     handler = {"run": cmd_run, "partition-stats": cmd_partition_stats, "ui": cmd_ui, "list": cmd_list,
                "tune": cmd_tune, "sweep": cmd_sweep, "reproduce": cmd_reproduce, "table": cmd_table,
-               "noniid-plot": cmd_noniid_plot, "runs": cmd_runs}[args.command]
+               "noniid-plot": cmd_noniid_plot, "runs": cmd_runs, "compare": cmd_compare,
+               "evaluate": cmd_evaluate}[args.command]
     from flplat.errors import RunFailed, Terminated
 
     previous = _on_sigterm()

@@ -2,7 +2,11 @@
 
 An experiment config is an :class:`ExperimentConfig`. The ``algorithm`` and ``model`` sections are namespaced by
 name: their keys are checked against the ``Config`` dataclass registered under ``algorithm.name`` /
-``model.name``, so ``algorithm.mu`` is only valid when the algorithm defines ``mu``.
+``model.name``, so ``algorithm.mu`` is only valid when the algorithm defines ``mu``. Switching algorithms on a
+config written for another one works: when an override changes ``algorithm.name``, the file's algorithm keys are
+moved to ``algorithm_unused`` -- carried, warned about, logged as ``algorithm_unused.*`` params, never used -- and
+the chosen algorithm starts from its defaults plus the ``algorithm.*`` overrides. An override that the chosen
+algorithm does not define stays an error (naming the algorithms that define it).
 
 Every invalid value raises :class:`~flplat.errors.ConfigError` with a one-line message that names the dotted key
 and the allowed values; the CLI turns it into exit status 2 before anything (an MLflow run, a file) is created.
@@ -156,6 +160,10 @@ class TrackingConfig:
     checkpoint_dir: str | None = None
     keep_checkpoint: bool = False
     heartbeat_s: float = 30.0  # the run's flplat.heartbeat tag is refreshed this often (flplat runs --stale)
+    log_models: bool = True  # final global / cluster models as artifacts under models/ (flplat/tracking/models.py)
+    log_personal_models: bool = False  # also every client's final model (K x P: as large as the client store)
+    system_metrics: bool = True  # MLflow's system/* metrics when psutil is installed (extra [system])
+    system_metrics_interval: float = 10.0  # seconds between system-metric samples
 
 
 @dataclass
@@ -183,6 +191,9 @@ class ExperimentConfig:
     fabric: FabricConfig = field(default_factory=FabricConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # filled by parse_config, not meant to be set: the config file's algorithm keys when an override switched
+    # algorithm.name to another algorithm -- carried, reported, not used (see _set_aside_switched_algorithm_keys)
+    algorithm_unused: Any = field(default_factory=dict)
 
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
@@ -214,6 +225,11 @@ def namespaced_section(section: str, registry: dict, raw: Any) -> DictConfig:
     return out
 
 
+def owners(registry: dict, key: str) -> list[str]:
+    """The registered entries whose Config defines ``key``."""
+    return sorted(n for n, e in registry.items() if key in {f.name for f in dataclasses.fields(e.Config)})
+
+
 @dataclass(frozen=True)
 class Registries:
     """The names the config is checked against. The registries live above this module (data, models,
@@ -225,6 +241,21 @@ class Registries:
     shift_types: Any
     models: dict
     algorithms: dict
+
+
+def _set_aside_switched_algorithm_keys(file_layer: DictConfig, override_layer: DictConfig) -> None:
+    """When the overrides switch ``algorithm.name`` away from the file's algorithm, the file's ``algorithm.*``
+    keys are that algorithm's hyperparameters: move them to ``algorithm_unused`` (carried, reported, not used),
+    so the chosen algorithm starts from its own defaults plus the ``algorithm.*`` overrides -- also where both
+    algorithms define a key of the same name (``tau``, ``selection``) with another meaning."""
+    section = file_layer.get("algorithm") if isinstance(file_layer, DictConfig) else None
+    chosen = OmegaConf.select(override_layer, "algorithm.name", default=None)
+    if not isinstance(section, DictConfig) or chosen is None or section.get("name") in (None, chosen):
+        return
+    keys = {k: v for k, v in OmegaConf.to_container(section).items() if k != "name"}
+    if keys:
+        file_layer.algorithm = {"name": section.get("name")}
+        file_layer.algorithm_unused = keys
 
 
 def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
@@ -258,6 +289,8 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
                               "keys of configs/quickstart.yaml, e.g. federation.rounds=5")
     try:
         layers.append(OmegaConf.from_dotlist(list(overrides)))
+        if len(layers) == 2:
+            _set_aside_switched_algorithm_keys(*layers)
         cfg = OmegaConf.merge(base, *layers)
     except (ConfigKeyError, ConfigAttributeError) as e:
         key = getattr(e, "full_key", None) or first_line(e)
@@ -353,6 +386,8 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
                 "an integer >= 0 (0: no checkpoints)")
     check_range(tr.heartbeat_s > 0 and math.isfinite(tr.heartbeat_s), "tracking.heartbeat_s", tr.heartbeat_s,
                 "a finite number of seconds > 0")
+    check_range(cfg.tracking.system_metrics_interval > 0, "tracking.system_metrics_interval",
+                cfg.tracking.system_metrics_interval, "a number of seconds > 0")
 
     mc = cfg.metrics
     check_choice("metrics.accuracy_key", mc.accuracy_key, ("mean_local_accuracy", "global_accuracy"))
@@ -364,7 +399,15 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
            "two numbers [a, b] with 0 <= a <= b")
 
     cfg.model = namespaced_section("model", names.models, cfg.model)
+    name = cfg.algorithm.get("name")
     algorithm = apply_algorithm_defaults(cfg.algorithm_defaults, cfg.algorithm, names.algorithms)
+    if name in names.algorithms:  # a key of another algorithm: say whose (switching is done by parse_config)
+        own = {f.name for f in dataclasses.fields(names.algorithms[name].Config)}
+        for k in sorted(set(algorithm) - own - {"name"}):
+            if owners(names.algorithms, k):
+                raise ConfigError(f"unknown key algorithm.{k} for algorithm {name!r} (a key of "
+                                  f"{', '.join(owners(names.algorithms, k))}); valid keys: name, "
+                                  f"{', '.join(sorted(own)) or '(none)'}")
     cfg.algorithm = namespaced_section("algorithm", names.algorithms, algorithm)
     return cfg
 

@@ -53,7 +53,12 @@ def registries() -> Registries:
 def load_config(path=None, overrides=()) -> DictConfig:
     """Build the validated config from an optional YAML file plus ``dotted.key=value`` overrides; raises
     :class:`~flplat.errors.ConfigError` (one line naming the key and the allowed values) on bad input."""
-    return validate(parse_config(path, overrides), registries())
+    cfg = validate(parse_config(path, overrides), registries())
+    if cfg.algorithm_unused:
+        log.warning("algorithm.name=%s does not use the config file's %s (keys of its algorithm); they are carried, "
+                    "not used, and logged as algorithm_unused.*", cfg.algorithm.name,
+                    ", ".join(f"algorithm.{k}" for k in cfg.algorithm_unused))
+    return cfg
 
 
 def build_fabric(fcfg):

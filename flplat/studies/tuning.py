@@ -27,8 +27,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from flplat.config import flatten
 from flplat.errors import ConfigError, first_line
 from flplat.experiment import load_config
+from flplat.studies.study_plots import log_study_plots
+from flplat.tracking.meta import ensure_experiment, run_name, run_tags
 
 
 def load_space(path: str | Path, algorithm: str) -> dict[str, Any]:
@@ -149,6 +152,7 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
                 raise ConfigError(f"search space {key}={_fmt(value)}: {e}") from None
     storage_obj = make_storage(storage)
     grid = is_grid(space)
+    objective_key = "val_accuracy" if base.partition.val_fraction > 0 else "global_accuracy"
     sampler = (optuna.samplers.GridSampler(space, seed=int(base.seed)) if grid
                else optuna.samplers.TPESampler(seed=int(base.seed)))
     name = study_name or f"{base.tracking.experiment}-{algo}-{Path(space_path).stem}"
@@ -160,8 +164,12 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if n_trials is None:
         n_trials = max(grid_size(space) - len(done), 0) if grid else 20
-    parent = _parent_run(base, name, space_path) if base.tracking.enabled else None
-    objective_key = "val_accuracy" if base.partition.val_fraction > 0 else "global_accuracy"
+    what = f"{config} {' '.join(overrides)}".strip()
+    desc = (f"Optuna study {name!r} ({'grid' if grid else 'TPE'} over {', '.join(space)} from {space_path}) on "
+            f"`{what}`; storage {storage}. Trials are the nested runs; objective {objective_key}, maximised. "
+            "Best params in best_params.yaml; optimisation history and parameter importances under plots/. "
+            f"Browse the study: optuna-dashboard {storage}")
+    parent = _parent_run(base, name, space_path, desc) if base.tracking.enabled else None
     if objective_key != "val_accuracy":
         print("flplat tune: partition.val_fraction is 0; optimising test accuracy (set a validation split)",
               file=sys.stderr)
@@ -206,16 +214,22 @@ def _ending(finish):
 
 
 def _client(cfg):
-    from flplat.tracking.runs import ensure_experiment, open_client, store_uris
+    from flplat.tracking.runs import open_client, store_uris
 
     uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir, cfg.tracking.artifact_root)
     client = open_client(uri)
     return client, ensure_experiment(client, cfg.tracking.experiment, artifacts)
 
 
-def _parent_run(cfg, name: str, kind: str) -> str:
+def _parent_run(cfg, name: str, kind: str, description: str = "") -> str:
+    """A parent run for a study or sweep, tagged like its children (algorithm, dataset, partition, provenance)
+    with ``description`` shown in the MLflow UI (``mlflow.note.content``)."""
     client, exp_id = _client(cfg)
-    run = client.create_run(exp_id, run_name=name, tags={"flplat.kind": kind, "algorithm": cfg.algorithm.name})
+    tags = {**run_tags(flatten(cfg)), "flplat.kind": kind}
+    tags.pop("seed", None)
+    if description:
+        tags["mlflow.note.content"] = description
+    run = client.create_run(exp_id, run_name=name, tags=tags)
     return run.info.run_id
 
 
@@ -227,6 +241,7 @@ def _finish_parent(cfg, run_id: str, study, status: str) -> None:
             best = max(done, key=lambda t: t.value)
             client.log_metric(run_id, "best_value", best.value)
             client.log_text(run_id, OmegaConf.to_yaml(OmegaConf.create(best.params)), "best_params.yaml")
+        log_study_plots(client, run_id, study)
     finally:
         client.set_terminated(run_id, status)
 
@@ -237,8 +252,11 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
 
     base = load_config(config, overrides)
     cfgs = [load_config(config, [*overrides, f"seed={s}"]) for s in seeds]  # validate all before running
-    parent = _parent_run(base, f"{base.algorithm.name}-seeds-{'-'.join(map(str, seeds))}", "seed-sweep") \
-        if base.tracking.enabled else None
+    what = f"{config} {' '.join(overrides)}".strip()
+    name = f"{run_name(flatten(base)).rsplit(' seed=', 1)[0]} seeds={','.join(map(str, seeds))}"
+    desc = (f"Seed sweep of `{what}` over seeds {', '.join(map(str, seeds))}: one nested run per seed; mean and "
+            "std over the seeds of the final metrics logged here (<metric>_mean, <metric>_std).")
+    parent = _parent_run(base, name, "seed-sweep", desc) if base.tracking.enabled else None
     out: list[dict] = []
 
     def finish(status: str) -> None:

@@ -54,18 +54,25 @@ def collect_runs(experiment: str, uri: str) -> list[dict[str, Any]]:
             return rows
 
 
+def row_label(params: dict[str, str], group_by: Sequence[str] = (), row_keys: Sequence[str] = ("algorithm.name",)
+              ) -> str:
+    """A table row's label: the ``row_keys`` values (default the algorithm), then ``key=value`` per ``group_by``."""
+    return " ".join([*(str(params.get(k)) for k in row_keys),
+                     *(f"{k.split('.')[-1]}={params.get(k)}" for k in group_by)])
+
+
 def runs_table(rows: Sequence[dict[str, Any]], kind: str = "accuracy", group_by: Sequence[str] = (),
-               metric: str = "global_accuracy") -> str:
+               metric: str = "global_accuracy", row_keys: Sequence[str] = ("algorithm.name",), digits: int = 2) -> str:
     """A markdown table. ``kind``: ``accuracy`` (``metric`` mean ± std over runs; default the final
     global_accuracy, e.g. ``mean_local_accuracy_last10`` or ``rounds_to_acc70`` for DA-PFL's Tables I and VI),
     ``fairness`` (mean AD ± mean SDAD), ``best`` / ``window`` (CAFA Tables V / IV: the best and the last-window
     mean of the global test accuracy -- of ``global_accuracy`` for methods without one global model -- mean ± std
-    over runs). ``group_by``: extra params that split rows (e.g. ``partition.num_clients``)."""
+    over runs). ``group_by``: extra params that split rows (e.g. ``partition.num_clients``); ``row_keys``: the params
+    naming a row (default the algorithm); ``digits``: decimals of the accuracy cells."""
     cells: dict[tuple[str, str], list[dict[str, float]]] = defaultdict(list)
     for r in rows:
         p = r["params"]
-        row = " ".join([p["algorithm.name"], *(f"{k.split('.')[-1]}={p.get(k)}" for k in group_by)])
-        cells[(row, _setting(p))].append(r["metrics"])
+        cells[(row_label(p, group_by, row_keys), _setting(p))].append(r["metrics"])
     rows_ = sorted({k[0] for k in cells})
     cols = sorted({k[1] for k in cells}, key=_setting_order)
 
@@ -84,9 +91,9 @@ def runs_table(rows: Sequence[dict[str, Any]], kind: str = "accuracy", group_by:
         vals = [m[metric] for m in ms if metric in m]
         if not vals:
             return "—"
-        return f"{statistics.fmean(vals):.2f} ± {statistics.pstdev(vals):.2f} (n={len(vals)})"
+        return f"{statistics.fmean(vals):.{digits}f} ± {statistics.pstdev(vals):.{digits}f} (n={len(vals)})"
 
-    head = "| algorithm | " + " | ".join(cols) + " |"
+    head = f"| {' / '.join(k.split('.')[0] for k in row_keys)} | " + " | ".join(cols) + " |"
     sep = "|---|" + "---|" * len(cols)
     body = [f"| {r} | " + " | ".join(fmt(cells.get((r, c), [])) for c in cols) + " |" for r in rows_]
     return "\n".join([head, sep, *body])

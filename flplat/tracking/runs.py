@@ -7,7 +7,10 @@ file store without an opt-in; SQLite keeps everything inside ``mlruns/``). ``flp
 Logged: params = the resolved config (dotted keys); run-level partition metrics ``wpsi``, ``hellinger``,
 ``jsd``, ``emd``; per round (step = round) every metric the orchestrator reports (``global_accuracy``,
 ``ad``, ``sdad``, ``train_loss``, ``round_time_s``, ``bytes_up``, ``bytes_down``, ...); artifacts: the
-resolved ``config.yaml``, per-client label counts, the final per-client accuracies (CSV) and plots.
+resolved ``config.yaml``, per-client label counts, the final per-client accuracies (CSV) and plots, and the
+final models (:mod:`flplat.tracking.models`). Per round also the process's ``cpu_time_s`` and ``peak_rss_mb``
+(:class:`~flplat.tracking.meta.ResourceMeter`) and, with psutil installed, MLflow's ``system/*`` metrics. Runs are
+named and tagged by what ran, in model-training experiments (:mod:`flplat.tracking.meta`).
 The run ends FINISHED, FAILED or KILLED (Ctrl-C), never left RUNNING.
 """
 
@@ -21,8 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from flplat.engine.orchestrator import Callback, Orchestrator
+from flplat.tracking.meta import ResourceMeter, ensure_experiment, run_name, run_tags
+
+UNUSED_PREFIX = "algorithm_unused."
 
 SQLITE_NAME = "mlflow.db"
 
@@ -82,20 +89,6 @@ def open_client(uri: str):
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)  # creates / upgrades the tables, one process at a time
     return client
-
-
-def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
-    """The id of experiment ``name``, created if missing (a concurrent creator wins without an error)."""
-    exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    try:
-        return client.create_experiment(name, artifact_location=artifact_location)
-    except Exception:
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            raise
-        return exp.experiment_id
 
 
 def checkpoint_dir(tracking_cfg) -> Path:
@@ -167,6 +160,31 @@ def stale_runs(client, experiment_ids: list[str], now: float | None = None, fact
     return out
 
 
+def start_system_metrics(client, run_id: str, uri: str, tracking_cfg):
+    """MLflow's system metrics (``system/cpu_utilization_percentage``, ``system/system_memory_usage_megabytes``,
+    ...; GPU ones with pynvml) sampled every ``tracking.system_metrics_interval`` s, when
+    ``tracking.system_metrics`` is on and psutil (the optional ``[system]`` extra) is installed. Returns the
+    running monitor, or None -- and then says why in the run's ``flplat.system_metrics`` tag."""
+    if not tracking_cfg.system_metrics:
+        client.set_tag(run_id, "flplat.system_metrics", "off (tracking.system_metrics=false)")
+        return None
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        client.set_tag(run_id, "flplat.system_metrics", "off: psutil is not installed (pip install 'flplat[system]')")
+        return None
+    import logging
+
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=float(tracking_cfg.system_metrics_interval),
+                                   tracking_uri=uri)
+    monitor.start()
+    client.set_tag(run_id, "flplat.system_metrics", f"on (every {float(tracking_cfg.system_metrics_interval):g} s)")
+    return monitor
+
+
 def _csv(columns: dict[str, Any]) -> str:
     names = list(columns)
     rows = zip(*(np.asarray(columns[k]).tolist() for k in names))
@@ -208,9 +226,11 @@ class MlflowCallback(Callback):
         self.resume_run_id: str | None = None  # set: continue this run (flplat run --resume)
         self.logged_up_to = 0  # rounds <= this are in the store already (a resumed run skips them)
         self.heartbeat: Heartbeat | None = None
+        self.monitor = None
 
     # ------------------------------------------------------------------------------------------------
     def on_start(self, orch: Orchestrator) -> None:
+        self.meter = ResourceMeter()
         if self.resume_run_id:
             self._resume(orch)
         else:
@@ -243,16 +263,20 @@ class MlflowCallback(Callback):
     def _create(self, orch: Orchestrator) -> None:
         from mlflow.entities import Metric, Param
 
-        tags = {"algorithm": str(self.params.get("algorithm.name")), "dataset": str(self.params.get("data.name")),
-                "partition": str(self.params.get("partition.name"))}
+        tags = run_tags(self.params)
+        unused = sorted(k for k in self.params if k.startswith(UNUSED_PREFIX))
+        if unused:  # keys of other algorithms carried by the config but not used by this one (experiment.py)
+            tags["flplat.unused_keys"] = ", ".join(unused)[:5000]
         if self.cfg.parent_run_id:
             tags["mlflow.parentRunId"] = self.cfg.parent_run_id
         if orch.meta.get("client_state_dir"):
             tags["flplat.client_state_dir"] = str(orch.meta["client_state_dir"])
         if "test_phase" in orch.data.meta:  # e.g. P(Y|X) shift: no test-phase accuracy is reported, and why
             tags["test_phase"] = str(orch.data.meta["test_phase"])
-        run = self.client.create_run(self.experiment_id, run_name=self.cfg.run_name, tags=tags)
+        run = self.client.create_run(self.experiment_id, run_name=self.cfg.run_name or run_name(self.params),
+                                     tags=tags)
         self.run_id = run.info.run_id
+        self.monitor = start_system_metrics(self.client, self.run_id, self.uri, self.cfg)
         params = [Param(k, str(v)[:6000]) for k, v in sorted(self.params.items())]
         for i in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[i:i + 100])
@@ -270,7 +294,7 @@ class MlflowCallback(Callback):
             return
         ts = int(time.time() * 1000)
         # the partition's non-IID metrics are constant, but logged every round too so they chart beside the rest
-        merged = {**self.run_metrics, **metrics}
+        merged = {**self.run_metrics, **metrics, **self.meter.round()}
         batch = [Metric(k, float(v), ts, round) for k, v in merged.items() if np.isfinite(v)]
         try:
             self.client.log_batch(self.run_id, metrics=batch)
@@ -286,11 +310,13 @@ class MlflowCallback(Callback):
         if self.run_id is None:
             return
         try:
-            self._finish(orch)
+            self._finish(orch, status)
         except Exception:
             if status != "FAILED":
                 raise
         finally:
+            if self.monitor is not None:
+                self.monitor.finish()
             try:
                 if status == "FAILED" and orch.meta.get("error"):
                     self.client.set_tag(self.run_id, "flplat.error", str(orch.meta["error"]))
@@ -299,7 +325,7 @@ class MlflowCallback(Callback):
                 if status != "FAILED":
                     raise
 
-    def _finish(self, orch: Orchestrator) -> None:
+    def _finish(self, orch: Orchestrator, status: str) -> None:
         """Final metrics, series, artifacts and plots."""
         final = {k: v for k, v in orch.final_metrics.items() if np.isfinite(v)}
         if final:  # run-level summaries (best / windowed accuracy, last-rounds means, rounds to target)
@@ -318,6 +344,12 @@ class MlflowCallback(Callback):
                 self._scatter(orch.strategy.scatter(orch.state))
         if self.cfg.plots and orch.history:
             self._plots(orch)
+        if status == "FINISHED" and self.cfg.log_models and orch.state is not None:
+            from flplat.tracking.models import log_models
+
+            model_cfg = {k[len("model."):]: v for k, v in self.params.items() if k.startswith("model.")}
+            log_models(self.client, self.run_id, orch, model_cfg, bool(self.cfg.log_personal_models),
+                       getattr(torch, str(self.params.get("federation.client_state_dtype", "float32"))))
 
     def _series(self, series: dict[str, list[tuple[int, float]]]) -> None:
         """Log each curve as a metric with its own steps, plus a line plot."""
@@ -374,3 +406,17 @@ class MlflowCallback(Callback):
             ax.grid(alpha=0.3)
             self.client.log_figure(self.run_id, fig, "plots/global_accuracy.png")
             plt.close(fig)
+
+
+def load_model(run_id: str, which: str = "global", index: int | None = None, tracking_uri: str | None = None,
+               store_dir: str = "mlruns") -> torch.nn.Module:
+    """The saved model of a run as a torch module: ``which`` = ``global`` (the final global model), ``cluster``
+    (cluster ``index``) or ``personal`` (client ``index``'s model; logged with ``tracking.log_personal_models``).
+    The store is ``tracking_uri`` or ``$MLFLOW_TRACKING_URI`` or the SQLite store in ``store_dir``."""
+    from mlflow.tracking import MlflowClient
+
+    from flplat.tracking.models import build_saved, load_weights
+
+    uri, _ = store_uris(tracking_uri, store_dir)
+    weights, arch = load_weights(MlflowClient(tracking_uri=uri), run_id, which, index)
+    return build_saved(weights, arch)

@@ -1,0 +1,76 @@
+"""``flplat evaluate``: score a run's saved model on other data.
+
+The run's logged ``config.yaml`` is the starting point; ``--dataset`` / ``--partition`` and ``key=value``
+overrides change the data (e.g. ``data.name=fmnist``, ``partition.alpha=0.1``, ``seed=3`` for another draw of
+the partition). The data is loaded and partitioned exactly as ``flplat run`` would with that config, and the
+saved model (:mod:`flplat.tracking.models`: ``global``, or cluster / client ``index``) is scored on every
+client's test split -- ``global_accuracy`` (test-size weighted), ``ad``, ``sdad``, ``mean_local_accuracy``, the
+quantiles -- and on the pooled official test set when the dataset has one (``global_test_accuracy``). No
+training, no MLflow run is created.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from flplat.errors import ConfigError
+from flplat.experiment import load_config
+
+
+def _accuracy(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1024) -> tuple[int, int]:
+    correct = 0
+    with torch.no_grad():
+        for a in range(0, len(y), batch):
+            correct += int((net(x[a:a + batch]).argmax(1) == y[a:a + batch]).sum())
+    return correct, len(y)
+
+
+def evaluate_run(run_id: str, which: str = "global", index: int | None = None, overrides: list[str] = (),
+                 tracking_uri: str | None = None, store_dir: str = "mlruns") -> dict[str, Any]:
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from flplat.data.datasets import load_dataset
+    from flplat.data.partitions import build_federation
+    from flplat.engine.state import derive_seed
+    from flplat.metrics.evaluation import summarize
+    from flplat.tracking.models import build_saved, download, load_weights
+    from flplat.tracking.runs import store_uris
+
+    uri, _ = store_uris(tracking_uri, store_dir)
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        cfg_path = None
+    else:
+        cfg_path = download(client, run_id, "config.yaml")
+    if cfg_path is None:
+        raise ConfigError(f"RUN_ID={run_id!r} is not a run with a config.yaml in {uri} (see `flplat ui`)")
+    cfg = load_config(cfg_path, list(overrides))
+    weights, arch = load_weights(client, run_id, which, index)
+    net = build_saved(weights, arch)
+    seed = int(cfg.seed)
+    data = build_federation(load_dataset(cfg.data, derive_seed(seed, "data")), cfg.partition,
+                            derive_seed(seed, "partition"))
+    if tuple(data.input_shape) != tuple(arch["input_shape"]) or data.num_classes != int(arch["num_classes"]):
+        raise ConfigError(f"data.name={cfg.data.name!r} has inputs {tuple(data.input_shape)} and "
+                          f"{data.num_classes} classes; the saved model takes {tuple(arch['input_shape'])} and "
+                          f"{arch['num_classes']}: choose a dataset of the same shape")
+    correct, n = [], []
+    for c in data.clients:
+        idx = torch.as_tensor(c.test, dtype=torch.long)
+        k, m = _accuracy(net, data.x[idx], data.y[idx])
+        correct.append(k)
+        n.append(m)
+    out: dict[str, Any] = {"run_id": run_id, "which": which if index is None else f"{which}[{index}]",
+                           "data": cfg.data.name, "partition": cfg.partition.name, "seed": seed,
+                           "num_clients": data.num_clients}
+    out.update({k: float(v) for k, v in summarize(np.array(correct, float), np.array(n, float)).items()})
+    if data.x_global_test is not None:
+        k, m = _accuracy(net, data.x_global_test, data.y_global_test)
+        out["global_test_accuracy"] = k / max(m, 1)
+    return out
