@@ -7,7 +7,7 @@ from conftest import REPO
 
 from flplat.experiment import load_config
 
-CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if "search_spaces" not in p.parts)
+CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if not {"search_spaces", "papers"} & set(p.parts))
 SPACES = sorted((REPO / "configs" / "search_spaces").glob("*.yaml"))
 
 
