@@ -8,7 +8,10 @@ Logged: params = the resolved config (dotted keys); run-level partition metrics 
 ``jsd``, ``emd``; per round (step = round) every metric the orchestrator reports (``global_accuracy``,
 ``ad``, ``sdad``, ``train_loss``, ``round_time_s``, ``bytes_up``, ``bytes_down``, ...); artifacts: the
 resolved ``config.yaml``, per-client label counts, the final per-client accuracies (CSV) and plots.
-The run ends FINISHED, FAILED or KILLED (Ctrl-C), never left RUNNING.
+The run ends FINISHED, FAILED or KILLED (Ctrl-C, SIGTERM); a run killed outright (SIGKILL, power cut) stays
+RUNNING but its heartbeat tag stops (:class:`Heartbeat`, :func:`stale_runs`, ``flplat runs --stale``), and
+``flplat run --resume`` continues it from its checkpoint (:func:`checkpoint_dir`: beside the store). A new SQLite
+store is created under a file lock (:func:`open_client`), so concurrent first runs do not break it.
 """
 
 from __future__ import annotations
