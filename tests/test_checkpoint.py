@@ -186,7 +186,7 @@ def test_checkpoint_roundtrip_every_algorithm(name, tiny_cfg):
     saved.seek(0)
     data = torch.load(saved, weights_only=False)
     p2, orch2 = _orchestrator(cfg)
-    resumed = orch2.run(p2.init_weights, resume=data)
+    resumed = orch2.run(p2.init_weights, resume=checkpoint.resumer(data))
     assert orch2.start_round == 3
     assert _timeless(resumed.history) == _timeless(full.history)
     assert resumed.final == full.final
