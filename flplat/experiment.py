@@ -132,10 +132,6 @@ def prepare(cfg: DictConfig) -> Prepared:
     if cfg.partition.test_fraction > 0 and data.num_samples("test").sum() == 0:  # rounding left no test sample
         raise ConfigError(f"partition.test_fraction={cfg.partition.test_fraction} leaves no client any test sample "
                           f"({data.num_clients} clients); allowed: a larger partition.test_fraction")
-    k = getattr(cfg.algorithm, "num_clusters", None)
-    if isinstance(k, int) and k > data.num_clients:
-        raise ConfigError(f"algorithm.num_clusters={k} is out of range for {data.num_clients} clients; allowed: an "
-                          f"integer in [1, partition.num_clients={data.num_clients}]")
     algo = ALGORITHMS[cfg.algorithm.name]
     algo_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(algo.Config),
                                                    {k: v for k, v in cfg.algorithm.items() if k != "name"}))
@@ -242,7 +238,12 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     orch.meta["config_yaml"] = loggable_yaml(cfg)
     if p.strategy.info.state_dir is not None:  # (a resumed run keeps writing to its first one: meta restored)
         orch.meta["client_state_dir"] = p.strategy.info.state_dir
-    summary = orch.run(p.init_weights, resume=resume)
+    if resume is not None:
+        from flplat.engine.checkpoint import resumer
+
+        summary = orch.run(p.init_weights, resume=resumer(resume))
+    else:
+        summary = orch.run(p.init_weights)
     return summary, (tracker.run_id if tracker else None)
 
 

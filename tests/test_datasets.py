@@ -235,7 +235,15 @@ def test_missing_idx_data(isolated: Path, name: str) -> None:
         load_dataset(DataConfig(name=name, root=str(root)), 0)
     msg = str(e.value)
     assert "\n" not in msg and isinstance(e.value, ConfigError)
-    for d in (root, root / TV_CLASSES[name] / "raw", isolated / "cache", isolated / "repo_shared" / "data"):
+    # an explicit data.root is used or refused: only it is searched, never a copy elsewhere
+    for d in (root, root / TV_CLASSES[name] / "raw"):
+        assert str(d) in msg
+    assert str(isolated / "cache") not in msg and str(isolated / "repo_shared") not in msg
+    assert f"data.root={str(root)!r}" in msg and "data.download=true" in msg
+    with pytest.raises(DataUnavailableError) as e:  # without a root every documented place is listed
+        load_dataset(DataConfig(name=name), 0)
+    msg = str(e.value)
+    for d in (isolated / "cache", isolated / "repo_shared" / "data"):
         assert str(d) in msg
     assert "data.root" in msg and "FLPLAT_DATA" in msg and "data.download=true" in msg
     assert ("apt-get install dataset-fashion-mnist" in msg) == (name == "fmnist")

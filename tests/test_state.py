@@ -71,6 +71,8 @@ def test_local_only_with_on_disk_float16_state(tiny_cfg, tmp_path):
     from flplat.experiment import run
 
     s, _ = run(tiny_cfg(**{"algorithm.name": "local", "federation.client_state_dtype": "float16",
-                           "federation.client_state_dir": str(tmp_path)}), progress=False)
-    assert (tmp_path / "personal.bin").exists() and s.state.personal.dtype == torch.float16
+                           "federation.client_state_dir": str(tmp_path),
+                           "federation.keep_client_state": "true"}), progress=False)
+    (own,) = tmp_path.glob("run-*/personal.bin")  # the run's own subdirectory, kept on request
+    assert own.exists() and s.state.personal.dtype == torch.float16
     assert np.isfinite(s.metrics["global_accuracy"])

@@ -351,7 +351,11 @@ TRUE_M = "0: the partition's true number of distributions M (Flux App. E.1)"
 def true_m(value: int, info: FederationInfo, key: str) -> int:
     """A number of cluster models: ``value`` when > 0; ``0`` asks for the partition's true number of distributions M
     (``info.num_distributions``), which Flux's protocol gives IFCA, FeSEM, FedEM and FedRC (App. E.1). A partition
-    without planted distributions has no M: a one-line ConfigError naming ``key``."""
+    without planted distributions has no M, and more cluster models than clients cannot all be trained: one-line
+    ConfigErrors naming ``key``."""
+    if value > info.num_clients:
+        raise ConfigError(f"{key}={value} is out of range for {info.num_clients} clients; allowed: an integer in "
+                          f"[1, partition.num_clients={info.num_clients}] (0: the partition's M)")
     if value > 0:
         return int(value)
     if info.num_distributions > 0:

@@ -84,6 +84,11 @@ def restore(orch: Orchestrator, data: dict[str, Any]) -> int:
     return int(data["round"])
 
 
+def resumer(data: dict[str, Any]):
+    """What :meth:`Orchestrator.run` takes as ``resume``: restores ``data`` and returns its round."""
+    return lambda orch: restore(orch, data)
+
+
 class CheckpointCallback(Callback):
     """Saves ``<directory>/<run id>.pt`` every ``every`` rounds (and the last round); placed before the tracker
     so a round is checkpointed before it is logged. On KILLED it saves the last completed round when that is

@@ -182,15 +182,14 @@ class Orchestrator:
     def _bytes(self, t: torch.Tensor | None) -> int:
         return 0 if t is None else t.numel() * t.element_size()
 
-    def run(self, init_weights: torch.Tensor, resume: dict | None = None) -> RunSummary:
-        """Run rounds 1..T, or, with ``resume`` (a checkpoint payload, :mod:`flplat.engine.checkpoint`), continue
-        after the checkpoint's round from its server state, strategy state, RNGs and history."""
+    def run(self, init_weights: torch.Tensor, resume=None) -> RunSummary:
+        """Run rounds 1..T, or, with ``resume`` (a callable restoring a checkpoint into this orchestrator and
+        returning its round: :func:`flplat.engine.checkpoint.resumer`), continue after that round from its server
+        state, strategy state, RNGs and history."""
         strategy, ex = self.strategy, self.executor
         rng = self.rng = np.random.default_rng(derive_seed(self.seed, "server"))
         if resume is not None:
-            from flplat.engine.checkpoint import restore
-
-            self.start_round = restore(self, resume) + 1
+            self.start_round = resume(self) + 1
         else:
             self.state = strategy.init_state(init_weights, rng, ex)
         self.completed_round = self.start_round - 1

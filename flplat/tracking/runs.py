@@ -11,7 +11,10 @@ resolved ``config.yaml``, per-client label counts, the final per-client accuraci
 final models (:mod:`flplat.tracking.models`). Per round also the process's ``cpu_time_s`` and ``peak_rss_mb``
 (:class:`~flplat.tracking.meta.ResourceMeter`) and, with psutil installed, MLflow's ``system/*`` metrics. Runs are
 named and tagged by what ran, in model-training experiments (:mod:`flplat.tracking.meta`).
-The run ends FINISHED, FAILED or KILLED (Ctrl-C), never left RUNNING.
+The run ends FINISHED, FAILED or KILLED (Ctrl-C, SIGTERM); a run killed outright (SIGKILL, power cut) stays
+RUNNING but its heartbeat tag stops (:class:`Heartbeat`, :func:`stale_runs`, ``flplat runs --stale``), and
+``flplat run --resume`` continues it from its checkpoint (:func:`checkpoint_dir`: beside the store). A new SQLite
+store is created under a file lock (:func:`open_client`), so concurrent first runs do not break it.
 """
 
 from __future__ import annotations
