@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_run(args) -> int:
     from flplat.config import to_yaml
-    from flplat.experiment import load_config
+    from flplat.configure import load_config  # not flplat.experiment: the other processes start before Lightning
 
     if args.resume:
         return _resume(args)

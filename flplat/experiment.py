@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import FederationInfo, Strategy
-from flplat.config import Registries, flatten, loggable, loggable_yaml, parse_config, validate
+from flplat.config import flatten, loggable, loggable_yaml, parse_config, validate
+from flplat.configure import load_config, registries  # noqa: F401  (load_config: re-exported)
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
 from flplat.data.partitions import build_federation
@@ -37,28 +38,6 @@ from flplat.metrics.noniid import noniid_summary
 from flplat.models import build_model
 
 log = logging.getLogger("flplat")
-
-
-def registries() -> Registries:
-    """The registered names every config is checked against."""
-    from flplat.data.datasets import DATASETS
-    from flplat.data.partitions import PARTITIONS
-    from flplat.data.shift_partition import SHIFT_TYPES
-    from flplat.models import MODELS
-
-    return Registries(datasets=DATASETS, partitions=PARTITIONS, shift_types=SHIFT_TYPES, models=MODELS,
-                      algorithms=ALGORITHMS)
-
-
-def load_config(path=None, overrides=()) -> DictConfig:
-    """Build the validated config from an optional YAML file plus ``dotted.key=value`` overrides; raises
-    :class:`~flplat.errors.ConfigError` (one line naming the key and the allowed values) on bad input."""
-    cfg = validate(parse_config(path, overrides), registries())
-    if cfg.algorithm_unused:
-        log.warning("algorithm.name=%s does not use the config file's %s (keys of its algorithm); they are carried, "
-                    "not used, and logged as algorithm_unused.*", cfg.algorithm.name,
-                    ", ".join(f"algorithm.{k}" for k in cfg.algorithm_unused))
-    return cfg
 
 
 def build_fabric(fcfg):

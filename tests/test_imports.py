@@ -30,3 +30,14 @@ def test_preparing_a_fedavg_run_without_tracking_stays_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1:] in ([], [""]), f"imported by prepare: {out.stdout.strip()}"
+
+
+def test_reading_a_config_does_not_import_lightning():
+    """`flplat run` reads the config, then starts a sharded run's other processes (flplat.engine.launch): reading it
+    must not pay Lightning's import first, or the processes import one after the other instead of in parallel."""
+    code = ("import sys, flplat.cli, flplat.configure as c; "
+            "c.load_config('configs/quickstart.yaml', ['fabric.devices=2']); "
+            "print(','.join(m for m in ('lightning', 'flplat.engine.client', 'mlflow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "", f"imported before the other processes start: {out.stdout.strip()}"

@@ -21,6 +21,7 @@ LAYERS = [
     ("flplat.maths", "flplat.metrics"),       # pure maths of the methods; evaluation and non-IID metrics
     ("flplat.data", "flplat.models"),         # datasets, partitions; model registry
     ("flplat.algorithms",),                   # one strategy per file
+    ("flplat.configure",),                    # load_config: the registries meet the config (no engine, no Fabric)
     ("flplat.engine",),                       # the training loop, the round loop, executors
     ("flplat.tracking",),                     # MLflow runs, reports read back from them
     ("flplat.experiment",),                   # load + validate a config, assemble, run (the one entry point)
