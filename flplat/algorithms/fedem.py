@@ -35,7 +35,7 @@ import torch
 from flplat.algorithms import register
 from flplat.algorithms.base import TRUE_M, ClientPlan, ClusteredStrategy, sample_uniform, true_m
 from flplat.engine.state import ServerState, derive_seed
-from flplat.errors import ConfigError
+from flplat.errors import param_choice, param_out_of_range
 from flplat.maths.aggregation import weighted_mean
 from flplat.maths.multimodel import mixture_correct, random_models, responsibilities, sample_losses, stacked_logits
 
@@ -81,14 +81,10 @@ class FedEM(ClusteredStrategy):
     @staticmethod
     def validate_config(cfg, section: str) -> None:
         if cfg.num_components < 0:
-            raise ConfigError(f"{section}.num_components={cfg.num_components!r} is out of range; "
-                              f"allowed: an integer >= 1, or {TRUE_M}")
+            param_out_of_range(section, cfg, "num_components", f"an integer >= 1, or {TRUE_M}")
         if cfg.min_component_samples < 1:
-            raise ConfigError(f"{section}.min_component_samples={cfg.min_component_samples!r} is out of range; "
-                              "allowed: an integer >= 1")
-        if cfg.aggregation not in AGGREGATIONS:
-            raise ConfigError(f"{section}.aggregation={cfg.aggregation!r} is not valid; "
-                              f"choose one of: {', '.join(AGGREGATIONS)}")
+            param_out_of_range(section, cfg, "min_component_samples", "an integer >= 1")
+        param_choice(section, cfg, "aggregation", AGGREGATIONS)
 
     def __init__(self, cfg, info):
         k = self.m_key

@@ -34,7 +34,7 @@ import torch
 from flplat.algorithms import register
 from flplat.algorithms.base import TRUE_M
 from flplat.algorithms.fedem import AGGREGATIONS, FedEM
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice, param_out_of_range
 
 
 @register
@@ -53,14 +53,10 @@ class FedRC(FedEM):
     @staticmethod
     def validate_config(cfg, section: str) -> None:
         if cfg.num_clusters < 0:
-            raise ConfigError(f"{section}.num_clusters={cfg.num_clusters!r} is out of range; allowed: an integer >= 1, "
-                              f"or {TRUE_M}")
+            param_out_of_range(section, cfg, "num_clusters", f"an integer >= 1, or {TRUE_M}")
         if cfg.min_component_samples < 1:
-            raise ConfigError(f"{section}.min_component_samples={cfg.min_component_samples!r} is out of range; "
-                              "allowed: an integer >= 1")
-        if cfg.aggregation not in AGGREGATIONS:
-            raise ConfigError(f"{section}.aggregation={cfg.aggregation!r} is not valid; "
-                              f"choose one of: {', '.join(AGGREGATIONS)}")
+            param_out_of_range(section, cfg, "min_component_samples", "an integer >= 1")
+        param_choice(section, cfg, "aggregation", AGGREGATIONS)
         if not 0 < cfg.prior_floor < 1:
             raise ConfigError(f"{section}.prior_floor={cfg.prior_floor!r} is out of range; allowed: a number in (0, 1)")
 
