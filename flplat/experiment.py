@@ -240,7 +240,7 @@ def check_tracking(tcfg) -> None:
         try:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10).close()
         except urllib.error.HTTPError:
-            pass  # it answers (a proxy or an older server without /health): let MLflow talk to it
+            return  # it answers (a proxy or an older server without /health): let MLflow talk to it
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise ConfigError(f"{key}={uri!r} is unreachable ({reason}); allowed: a running MLflow server, a "

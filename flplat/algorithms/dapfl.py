@@ -37,22 +37,19 @@ import numpy as np
 import torch
 
 from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, LocalHook, PersonalizedStrategy, sample_uniform
-from flplat.algorithms.fedprox import ProximalTerm
+from flplat.algorithms.base import ClientPlan, PersonalizedStrategy, sample_uniform
+from flplat.algorithms.fedprox import CentredHook, ProximalTerm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.dapfl_affinity import affinity_matrix, dynamic_weights, pairwise_distances
 
 
-class ProximalStep(LocalHook):
+class ProximalStep(CentredHook):
     """The authors' form of Eq. 10's pull: after every optimizer step θ ← θ − lr·λ·(θ − c) for each parameter,
     ``c`` the centre (w_i^g) given as a flat vector and lr the phase's learning rate (``HookContext.lr``)."""
 
     def __init__(self, center: torch.Tensor, lam: float):
-        self.center = center
+        super().__init__(center)
         self.lam = lam
-
-    def setup(self, ctx):
-        self._centers = ctx.param_views(self.center)
 
     def after_step(self, ctx):
         rate = ctx.lr * self.lam

@@ -17,15 +17,22 @@ from flplat.algorithms.fedavg import FedAvg
 from flplat.errors import ConfigError
 
 
-class ProximalTerm(LocalHook):
-    """(μ/2) Σ_l ‖w_l − c_l‖² over the parameters, against a fixed centre ``c`` given as a flat vector."""
+class CentredHook(LocalHook):
+    """A local hook that pulls towards a fixed centre ``c`` given as a flat vector (viewed per parameter at setup)."""
 
-    def __init__(self, center: torch.Tensor, mu: float):
+    def __init__(self, center: torch.Tensor):
         self.center = center
-        self.mu = mu
 
     def setup(self, ctx):
         self._centers = ctx.param_views(self.center)
+
+
+class ProximalTerm(CentredHook):
+    """(μ/2) Σ_l ‖w_l − c_l‖² over the parameters, against a fixed centre ``c`` given as a flat vector."""
+
+    def __init__(self, center: torch.Tensor, mu: float):
+        super().__init__(center)
+        self.mu = mu
 
     def loss(self, ctx):
         return self.functional_loss(ctx.params)
