@@ -138,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--store-dir", default="mlruns", help="MLflow store directory (default: mlruns)")
     rp.add_argument("--out", default=None, help="also write each table's markdown and figure into this directory")
     rp.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run (last)")
+    rp.add_argument("--results", default=None, metavar="MD",
+                    help="write each table into this markdown document (e.g. docs/results.md), replacing its block "
+                         "there, with the command and the run time under it")
 
     c = sub.add_parser("compare", help="final metric mean ± std over seeds per algorithm, and per-round curves "
                                        "with a band over seeds (logged to a parent run)",
@@ -461,6 +464,22 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def _reproduce_command(args) -> str:
+    """The `flplat reproduce` command line that ``args`` stand for (shown under each table of --results)."""
+    import shlex
+
+    words = ["flplat", "reproduce", args.paper, *args.tables, "--scale", args.scale]
+    for flag in ("seeds", "methods", "cells", "store_dir", "out"):
+        v = getattr(args, flag)
+        if v and not (flag == "store_dir" and v == "mlruns"):
+            words += [f"--{flag.replace('_', '-')}", str(v)]
+    if args.jobs != 1:
+        words += ["--jobs", str(args.jobs)]
+    if args.set:
+        words += ["--set", *args.set]
+    return shlex.join(words)
+
+
 def cmd_reproduce(args) -> int:
     from flplat.studies.reproduce import PAPERS, listing, reproduce
 
@@ -480,7 +499,7 @@ def cmd_reproduce(args) -> int:
         except ValueError:
             raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
     print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells), args.jobs,
-                    args.store_dir, args.set, args.out))
+                    args.store_dir, args.set, args.out, args.results, _reproduce_command(args)))
     return 0
 
 

@@ -146,9 +146,19 @@ def test_cli_smoke_table_end_to_end(tmp_path, capsys):
     assert parents[0].info.status == "FINISHED"
     md = client.download_artifacts(parents[0].info.run_id, "reproduce/table3_digits.md", str(tmp_path))
     assert "| digits_k20_low | DA-PFL |" in open(md).read()
-    # a re-run trains nothing and reuses the parent; a new seed adds exactly its runs
-    assert main(args) == 0
+    # a re-run trains nothing and reuses the parent; with --results it renders the table into the document from
+    # the store, and a second render replaces the block (the time line counts the runs MLflow recorded)
+    doc = tmp_path / "results.md"
+    doc.write_text("# Results\n\n<!-- flplat reproduce: new tables above -->\n")
+    assert main([*args, "--results", str(doc)]) == 0
     assert "2 of 2 runs already finished, skipped" in capsys.readouterr().err
+    assert main([*args, "--results", str(doc)]) == 0
+    capsys.readouterr()
+    text = doc.read_text()
+    assert text.count("<!-- flplat reproduce dapfl table3_digits smoke -->") == 1
+    assert text.index("| digits_k20_low | DA-PFL | 74.43 |") < text.index("new tables above")
+    assert "*Made by* `flplat reproduce dapfl table3_digits --scale smoke --methods FedAvg,DA-PFL" in text
+    assert "2 runs, " in text
     assert len(_runs(store)[1]) == 3
     assert main([*args, "--seeds", "0,1"]) == 0
     assert "2 of 4 runs already finished" in capsys.readouterr().err
@@ -169,6 +179,8 @@ def test_cli_analysis_table_smoke(tmp_path, capsys):
     (["dapfl", "table3_digits", "--cells", "digits_k7"], "--cells=digits_k7 unknown"),
     (["dapfl", "table3_digits", "--methods", "FedFoo"], "--methods=FedFoo unknown"),
     (["dapfl", "table3_digits", "--scale", "huge"], "--scale='huge'"),
+    (["dapfl", "table3_digits", "--results", "/nonexistent/dir/r.md"], "--results=/nonexistent/dir/r.md: its "
+     "directory does not exist"),
     (["cafa", "table2", "--methods", "Acc,Foo"], "--methods=Foo unknown"),
     (["dapfl", "table3_digits", "--jobs", "999"], "--jobs=999"),
     (["dapfl", "table3_digits", "--set", "federation.rounds=0"], "federation.rounds"),

@@ -443,15 +443,20 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
 
 def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", seeds: Sequence[int] | None = None,
               methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, n_jobs: int = 1,
-              store_dir: str = "mlruns", overrides: Sequence[str] = (), out_dir: str | None = None) -> str:
+              store_dir: str = "mlruns", overrides: Sequence[str] = (), out_dir: str | None = None,
+              results: str | None = None, command: str = "") -> str:
     """Run (or continue) the paper's tables and return their markdown (also logged to each table's parent run and,
-    with ``out_dir``, written there with the figures)."""
+    with ``out_dir``, written there with the figures; with ``results``, each table's block in that document is
+    replaced, see :mod:`flplat.studies.results_doc`, with ``command`` as the line that made it)."""
     all_tables = paper_tables(paper)
     chosen = select(all_tables, list(tables), "tables", "id")
     if n_jobs > default_jobs():
         raise ConfigError(f"--jobs={n_jobs} is more than the {default_jobs()} cores here; allowed: 1..{default_jobs()}")
     if n_jobs < 1:
         raise ConfigError(f"--jobs={n_jobs}; allowed: 1..{default_jobs()}")
+    if results and not Path(results).resolve().parent.is_dir():
+        raise ConfigError(f"--results={results}: its directory does not exist; allowed: a file in an existing "
+                          "directory")
     values = load_paper_values(paper)
     experiment = f"reproduce-{paper}"
     # validate every table's grid before any run exists
@@ -470,6 +475,7 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         sd, jobs = plans[t.id]
         _, note = resolve_scale(t, scale)
         parent = store.parent(paper, t.id, scale)
+        t_start = time.perf_counter()
         status = "FAILED"
         try:
             ours: dict[tuple[str, str], list[float]] = {}
@@ -514,6 +520,13 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
             if out_dir:
                 Path(out_dir).mkdir(parents=True, exist_ok=True)
                 (Path(out_dir) / f"{paper}_{t.id}.md").write_text(text)
+            if results:
+                from flplat.studies.results_doc import run_seconds, timing_line, update_results
+
+                n_runs, run_s = run_seconds(store.client, [r for ids in run_ids.values() for r in ids])
+                update_results(results, paper, t.id, scale, text,
+                               timing_line(command or f"flplat reproduce {paper} {t.id} --scale {scale}", n_runs,
+                                           run_s, time.perf_counter() - t_start))
             texts.append(text)
             status = "FINISHED"
         except KeyboardInterrupt:
