@@ -142,3 +142,45 @@ def test_interrupt_marks_run_killed(tmp_path):
     assert proc.returncode == 130
     runs, _ = _runs(store)
     assert len(runs) == 1 and runs[0].info.status == "KILLED"
+
+
+def _py(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+EXIT_PROBE = """
+import atexit, sys, threading, time
+from flplat.cli import exit_now
+atexit.register(lambda: print("atexit ran", flush=True))
+def late():
+    time.sleep(0.3)
+    print("thread done", flush=True)
+threading.Thread(target=late).start()
+sys.stdout.write("unflushed ")
+class Noisy:
+    def __del__(self):
+        print("finalised", flush=True)
+keep = Noisy()
+exit_now(3)
+"""
+
+
+def test_exit_now_keeps_what_the_normal_exit_does_but_skips_the_teardown():
+    # the status, buffered output, non-daemon threads and atexit handlers as with sys.exit; a module-level object's
+    # __del__ (run only by the interpreter's module teardown) is skipped, which is the point
+    p = _py(EXIT_PROBE)
+    assert p.returncode == 3
+    assert p.stdout == "unflushed thread done\natexit ran\n"
+    full = _py(EXIT_PROBE, {"FLPLAT_FULL_EXIT": "1"})  # the opt-out: the interpreter's own exit
+    assert full.returncode == 3 and full.stdout.endswith("atexit ran\nfinalised\n")
+
+
+def test_the_flplat_command_ends_through_exit_now():
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["flplat"] == "flplat.cli:entry"
+    p = _py("import flplat.cli as c, sys; c.exit_now = lambda rc: print('exit_now', rc); "
+            "sys.argv = ['flplat', 'list']; c.entry()")
+    assert p.returncode == 0 and p.stdout.rstrip().endswith("exit_now 0")
