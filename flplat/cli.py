@@ -138,6 +138,8 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--store-dir", default="mlruns", help="MLflow store directory (default: mlruns)")
     rp.add_argument("--out", default=None, help="also write each table's markdown and figure into this directory")
     rp.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run (last)")
+    rp.add_argument("--baseline-seeds", type=int, default=None, metavar="N",
+                    help="methods other than the reference (FedAvg) and the paper's own run only the first N seeds")
     rp.add_argument("--results", default=None, metavar="MD",
                     help="write each table into this markdown document (e.g. docs/results.md), replacing its block "
                          "there, with the command and the run time under it")
@@ -475,6 +477,8 @@ def _reproduce_command(args) -> str:
             words += [f"--{flag.replace('_', '-')}", str(v)]
     if args.jobs != 1:
         words += ["--jobs", str(args.jobs)]
+    if args.baseline_seeds is not None:
+        words += ["--baseline-seeds", str(args.baseline_seeds)]
     if args.set:
         words += ["--set", *args.set]
     return shlex.join(words)
@@ -499,7 +503,7 @@ def cmd_reproduce(args) -> int:
         except ValueError:
             raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
     print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells), args.jobs,
-                    args.store_dir, args.set, args.out, args.results, _reproduce_command(args)))
+                    args.store_dir, args.set, args.out, args.results, _reproduce_command(args), args.baseline_seeds))
     return 0
 
 

@@ -105,6 +105,24 @@ def test_every_train_table_validates_at_every_scale(paper):
             assert len(rp.plan(paper, t, scale, [0], None, [t.cells[0].id], [], "x", "/tmp/unused")) == len(t.methods)
 
 
+@pytest.mark.parametrize("paper", rp.PAPERS)
+def test_focus_methods_are_methods_of_their_table(paper):
+    for t in rp.paper_tables(paper):
+        assert set(t.focus or []) <= {m.name for m in t.methods}, t.id
+
+
+def test_baseline_seeds_keep_every_seed_for_the_reference_and_the_papers_method():
+    t = next(t for t in rp.paper_tables("dapfl") if t.id == "table3_digits")
+    jobs = rp.plan("dapfl", t, "smoke", [0, 1, 2], None, ["digits_k20_low"], [], "x", "/tmp/unused", baseline_seeds=1)
+    seeds = {}
+    for j in jobs:
+        seeds.setdefault(j.method, []).append(j.seed)
+    assert seeds.pop("FedAvg") == [0, 1, 2] and seeds.pop("DA-PFL") == [0, 1, 2]
+    assert seeds and all(s == [0] for s in seeds.values())
+    flux = rp.paper_tables("flux")[0]
+    assert flux.all_seeds("Flux") and flux.all_seeds("Flux-prior") and not flux.all_seeds("IFCA")
+
+
 def test_render_table_rows_and_counts():
     t = rp.Table("t", "T", [rp.Cell("c1"), rp.Cell("c2")], [rp.Method("FedAvg"), rp.Method("New")], tie=0.005,
                  scale_factor=100.0)
@@ -183,6 +201,7 @@ def test_cli_analysis_table_smoke(tmp_path, capsys):
      "directory does not exist"),
     (["cafa", "table2", "--methods", "Acc,Foo"], "--methods=Foo unknown"),
     (["dapfl", "table3_digits", "--jobs", "999"], "--jobs=999"),
+    (["dapfl", "table3_digits", "--baseline-seeds", "0"], "--baseline-seeds=0; allowed: an integer >= 1"),
     (["dapfl", "table3_digits", "--set", "federation.rounds=0"], "federation.rounds"),
 ])
 def test_cli_bad_input_exits_2_without_runs(tmp_path, capsys, args, msg):

@@ -112,6 +112,11 @@ class Table:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # the paper's seeds at scale paper
     analyze: Callable[[Cell, int, str], dict[str, float]] | None = None  # analysis: (cell, seed, scale) -> rows
     figure: Callable[[FigureContext], None] | None = None  # writes a PNG to ctx.path
+    focus: list[str] | None = None  # the methods the paper's claim is about (default: the table's last method)
+
+    def all_seeds(self, method: str) -> bool:
+        """Whether ``method`` runs every seed under ``--baseline-seeds`` (the reference and the focus methods)."""
+        return method == self.reference or method in (self.focus or [self.methods[-1].name])
 
 
 def paper_module(paper: str):
@@ -287,15 +292,16 @@ def resolve_scale(table: Table, scale: str) -> tuple[list[str], str]:
 
 
 def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, cells, extra: Sequence[str],
-         experiment: str, store_dir: str) -> list[Job]:
-    """Every job of a train table, each config validated before anything runs (bad input: ConfigError)."""
+         experiment: str, store_dir: str, baseline_seeds: int | None = None) -> list[Job]:
+    """Every job of a train table, each config validated before anything runs (bad input: ConfigError). With
+    ``baseline_seeds`` = n, methods other than the reference and the table's focus run only the first n seeds."""
     from flplat.experiment import load_config
 
     over_scale, _ = resolve_scale(table, scale)
     jobs = []
     for c in select(table.cells, cells, "cells", "id"):
         for m in select(table.methods, methods, "methods", "name"):
-            for s in seeds:
+            for s in (seeds if baseline_seeds is None or table.all_seeds(m.name) else seeds[:baseline_seeds]):
                 over = [*c.overrides, *(_fill(o, c.params) for o in m.overrides), *over_scale, *extra, f"seed={s}",
                         f"tracking.experiment={experiment}", f"tracking.store_dir={store_dir}",
                         f"tracking.run_name={table.id}/{c.id}/{m.name}/s{s}"]
@@ -444,7 +450,7 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
 def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", seeds: Sequence[int] | None = None,
               methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, n_jobs: int = 1,
               store_dir: str = "mlruns", overrides: Sequence[str] = (), out_dir: str | None = None,
-              results: str | None = None, command: str = "") -> str:
+              results: str | None = None, command: str = "", baseline_seeds: int | None = None) -> str:
     """Run (or continue) the paper's tables and return their markdown (also logged to each table's parent run and,
     with ``out_dir``, written there with the figures; with ``results``, each table's block in that document is
     replaced, see :mod:`flplat.studies.results_doc`, with ``command`` as the line that made it)."""
@@ -454,6 +460,8 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         raise ConfigError(f"--jobs={n_jobs} is more than the {default_jobs()} cores here; allowed: 1..{default_jobs()}")
     if n_jobs < 1:
         raise ConfigError(f"--jobs={n_jobs}; allowed: 1..{default_jobs()}")
+    if baseline_seeds is not None and baseline_seeds < 1:
+        raise ConfigError(f"--baseline-seeds={baseline_seeds}; allowed: an integer >= 1")
     if results and not Path(results).resolve().parent.is_dir():
         raise ConfigError(f"--results={results}: its directory does not exist; allowed: a file in an existing "
                           "directory")
@@ -464,7 +472,8 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
     for t in chosen:
         sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
         if t.kind == "train":
-            plans[t.id] = (sd, plan(paper, t, scale, sd, methods, cells, overrides, experiment, store_dir))
+            plans[t.id] = (sd, plan(paper, t, scale, sd, methods, cells, overrides, experiment, store_dir,
+                                    baseline_seeds))
         else:
             select(t.cells, cells, "cells", "id")
             select(t.methods, methods, "methods", "name")
@@ -505,7 +514,12 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                     store.client.log_metric(parent, key, statistics.fmean(vals))
             src = values.get("tables", {}).get(t.id, {}).get("source", "")
             subs = [t.substitute] if t.substitute else [f"{c.id}: {c.substitute}" for c in t.cells if c.substitute]
-            header = (f"Paper: {src}. Scale `{scale}`: {note}. Seeds: {', '.join(map(str, sd))}." +
+            seeds_note = ", ".join(map(str, sd))
+            if t.kind == "train" and baseline_seeds is not None and baseline_seeds < len(sd):
+                full = [m.name for m in t.methods if t.all_seeds(m.name)]
+                seeds_note += (f" for {', '.join(full)}; {', '.join(map(str, sd[:baseline_seeds]))} for the other "
+                               "methods (CPU time)")
+            header = (f"Paper: {src}. Scale `{scale}`: {note}. Seeds: {seeds_note}." +
                       (f" The paper's dataset differs ({'; '.join(subs)}): only its claim is judged." if subs else ""))
             text = render_table(t, values, ours, header, cells, methods)
             store.client.log_text(parent, text, f"reproduce/{t.id}.md")

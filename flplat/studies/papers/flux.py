@@ -26,7 +26,8 @@ SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=30"],  # 20 clients (1
 NOTES = {"smoke": "CI size: 30 samples per client, 2 rounds of 1 epoch, the MLP",
          "reduced": "500 samples per client instead of the whole pool dealt evenly (about 3,000), SGD lr 0.03 instead "
                     "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper"}
-COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005)
+COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005,
+              focus=["Flux", "Flux-prior"])
 
 
 def _ari_figure(ctx):

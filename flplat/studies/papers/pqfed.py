@@ -145,7 +145,7 @@ TABLES = [
            Method("PQFed lenient", ["algorithm.selection=lenient"]),
            Method("IFCA", ["algorithm.name=ifca", "algorithm.num_clusters=4"], metric="global_accuracy",
                   config="configs/pqfed/mnist_baseline.yaml")],
-          reference="IFCA", **COMMON),
+          reference="IFCA", focus=["PQFed strict", "PQFed lenient"], **COMMON),
     Table("fig3", "PQFed Fig. 3 (MNIST): EMD to the target against the dissimilarity rate r", _fig3_cells(),
           [Method(f"r={r:g}") for r in RATES[1:]], kind="analysis", analyze=emd_curve, reference=None,
           seeds=list(range(10)), figure=_fig3,
