@@ -251,3 +251,26 @@ def test_a_run_that_fails_its_config_is_skipped_not_fatal(tmp_path, capsys):
     out = capsys.readouterr()
     assert "digits_k20_low FedAvg s0: skipped (" in out.err
     assert "| digits_k20_low | FedAvg | 66.83 | — | — | not run |" in out.out
+
+
+def test_compatible_accepts_only_new_keys_at_their_defaults():
+    old = {"seed": "0", "algorithm.name": "fedavg", "federation.rounds": "20", "tracking.experiment": "a"}
+    new = {**old, "federation.eval_batch": "256", "tracking.experiment": "b", "fabric.num_threads": "1"}
+    defaults = {"federation.eval_batch": "256", "federation.rounds": "3"}
+    assert rp.compatible(new, old, defaults) == ["federation.eval_batch"]
+    assert rp.compatible({**new, "federation.eval_batch": "64"}, old, defaults) is None  # a new key set away
+    assert rp.compatible({**new, "federation.rounds": "10"}, old, defaults) is None  # a changed value
+    assert rp.compatible({k: v for k, v in new.items() if k != "seed"}, old, defaults) is None  # a removed key
+    assert rp.compatible(old, old, {}) == []
+
+
+def test_run_params_are_what_the_run_logs_without_tracking():
+    from flplat.config import flatten, loggable
+    from flplat.experiment import load_config
+
+    cfg = load_config(None, ["fabric.num_threads=1"])
+    params = rp.run_params(cfg)
+    assert params["seed"] == str(cfg.seed) and params["algorithm.name"] == "fedavg"
+    assert not any(k.startswith("tracking.") for k in params) and "fabric.num_threads" not in params
+    assert set(flatten(loggable(cfg))) - set(params) == {k for k in flatten(loggable(cfg))
+                                                         if k.startswith("tracking.") or k == "fabric.num_threads"}

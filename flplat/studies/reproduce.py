@@ -266,6 +266,34 @@ def config_key(cfg) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def run_params(cfg) -> dict[str, str]:
+    """The config as the run logs it (MLflow params: dotted keys, string values), without what :func:`config_key`
+    leaves out."""
+    from flplat.config import flatten, loggable
+
+    return {k: str(v)[:6000] for k, v in flatten(loggable(cfg)).items() if not _outside_key(k)}
+
+
+def _outside_key(key: str) -> bool:
+    return key.startswith(("tracking.", "algorithm_unused.")) or key == "fabric.num_threads"
+
+
+def compatible(new: dict[str, str], old: dict[str, str], defaults: dict[str, str]) -> list[str] | None:
+    """Whether a finished run with params ``old`` stands for a run of params ``new`` whose hash it lacks (it was
+    made before flplat gained config keys): every key of ``old`` has the same value in ``new``, and the keys only
+    ``new`` has hold their default values (``defaults``: the params of the default config of the same algorithm).
+    Returns the added keys, or None when the run does not stand for it (a key changed, was removed, or a new key is
+    set away from its default)."""
+    new = {k: v for k, v in new.items() if not _outside_key(k)}
+    old = {k: v for k, v in old.items() if not _outside_key(k)}
+    if set(old) - set(new) or any(old[k] != new[k] for k in old):
+        return None
+    added = sorted(set(new) - set(old))
+    if any(defaults.get(k) != new[k] for k in added):
+        return None
+    return added
+
+
 def select(items, names: Sequence[str] | None, what: str, attr: str):
     if not names:
         return list(items)
