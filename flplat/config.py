@@ -29,8 +29,8 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from flplat.errors import ConfigError, check_choice, check_range, first_line
 
-__all__ = ["ConfigError", "ExperimentConfig", "Registries", "flatten", "namespaced_section", "parse_config",
-           "to_yaml", "validate"]
+__all__ = ["ConfigError", "ExperimentConfig", "Registries", "config_key", "flatten", "namespaced_section",
+           "parse_config", "to_yaml", "validate"]
 
 
 @dataclass
@@ -450,6 +450,20 @@ def loggable(cfg: DictConfig) -> dict[str, Any]:
 
 def loggable_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(loggable(cfg)), resolve=False)
+
+
+def config_key(cfg: DictConfig) -> str:
+    """The hash that identifies what a run computes: the resolved config without ``tracking.*`` and
+    ``fabric.num_threads``, which do not change its result. Runs carry it as the tag ``flplat.config_key``; studies
+    find a finished run, or an unfinished one to resume, by it (:func:`flplat.experiment.run_or_resume`,
+    ``flplat reproduce``)."""
+    import hashlib
+
+    d = OmegaConf.to_container(cfg, resolve=True)
+    d.pop("tracking", None)
+    d.get("fabric", {}).pop("num_threads", None)
+    text = OmegaConf.to_yaml(OmegaConf.create(d), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def flatten(cfg: DictConfig | dict, prefix: str = "") -> dict[str, Any]:

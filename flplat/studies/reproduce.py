@@ -30,7 +30,6 @@ paper's value | ours mean ± std (n seeds) | difference | verdict. The verdict h
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import math
 import re
@@ -44,6 +43,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from flplat.config import config_key  # noqa: F401  (the hash that identifies a run; re-exported)
 from flplat.errors import ConfigError
 
 PAPERS = ("clust-psi-pfl", "cafa", "dapfl", "flux", "pqfed")
@@ -252,15 +252,6 @@ class Job:
     key: str  # hash of the resolved config
 
 
-def config_key(cfg) -> str:
-    """The hash that identifies a run: the resolved config without what does not change the result."""
-    d = OmegaConf.to_container(cfg, resolve=True)
-    d.pop("tracking", None)
-    d.get("fabric", {}).pop("num_threads", None)
-    text = OmegaConf.to_yaml(OmegaConf.create(d), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def select(items, names: Sequence[str] | None, what: str, attr: str):
     if not names:
         return list(items)
@@ -306,8 +297,9 @@ def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, ce
 
 
 def _run_job(job: Job, parent: str | None, threads: int | None) -> tuple[str, dict[str, float], str | None, float]:
-    """One run (in this process or a worker); returns (key, metrics, run id, seconds)."""
-    from flplat.experiment import load_config, run
+    """One run (in this process or a worker); returns (key, metrics, run id, seconds). A run of the same config
+    interrupted before (KILLED, FAILED, stale RUNNING) continues from its checkpoint (``run_or_resume``)."""
+    from flplat.experiment import load_config, run_or_resume
 
     over = list(job.overrides)
     if threads:
@@ -317,10 +309,12 @@ def _run_job(job: Job, parent: str | None, threads: int | None) -> tuple[str, di
     cfg = load_config(job.config, over)
     t0 = time.perf_counter()
     try:
-        summary, run_id = run(cfg, progress=False)
+        summary, run_id = run_or_resume(cfg, progress=False)
     except ConfigError as e:  # found while preparing the run, e.g. an infeasible partition: skip this run only
         return job.key, None, str(e), time.perf_counter() - t0
-    return job.key, dict(summary.metrics), run_id, time.perf_counter() - t0
+    # the last round's metrics and the run-level summaries (logged at the last step too), as Store.finished reads
+    # them back: a table's metric such as mean_local_accuracy_last10 is there on the first run as on a re-run
+    return job.key, {**summary.metrics, **summary.final}, run_id, time.perf_counter() - t0
 
 
 class Store:
