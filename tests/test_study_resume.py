@@ -127,6 +127,40 @@ def test_run_without_checkpoint_restarts_and_is_marked(tmp_path, monkeypatch, ca
     assert new.data.tags[REPLACES_TAG] == old.info.run_id and new.info.status == "FINISHED"
 
 
+def test_sweep_parent_follows_a_failed_child_and_a_diverged_run_restarts(tmp_path, monkeypatch, capsys):
+    """A run that fails (here: diverges in round 2) fails its sweep's parent too; the same sweep again re-opens the
+    parent and, since resuming a diverged run would diverge again, trains that seed from round 0 in a new run (the
+    failed one tagged as replaced, a line says so)."""
+    from flplat.errors import RunFailed
+    from flplat.studies.tuning import sweep_seeds
+    from flplat.tracking.runs import REPLACES_TAG, SUPERSEDED_TAG
+
+    real = Orchestrator._round
+
+    def diverge(orch, t, rng):
+        if t == 2:
+            raise RunFailed("diverged at round 2: every client's update is NaN/Inf")
+        return real(orch, t, rng)
+
+    monkeypatch.setattr(Orchestrator, "_round", diverge)
+    store = tmp_path / "store"
+    over = _sweep_over(store, "e")
+    with pytest.raises(RunFailed):
+        sweep_seeds(None, over, [0])
+    (parent,) = [r for r in _runs(store, "e") if "mlflow.parentRunId" not in r.data.tags]
+    (failed,) = _children(store, "e").values()
+    assert parent.info.status == "FAILED" and failed.info.status == "FAILED"
+    assert (store / "checkpoints" / f"{failed.info.run_id}.pt").is_file()  # kept, but not resumed
+    monkeypatch.setattr(Orchestrator, "_round", real)
+    sweep_seeds(None, over, [0])
+    assert "diverged: a new run starts from round 0" in capsys.readouterr().err
+    runs = {r.info.run_id: r for r in _runs(store, "e")}
+    assert runs[parent.info.run_id].info.status == "FINISHED" and len(runs) == 3
+    (new,) = [r for r in runs.values() if r.data.tags.get("mlflow.parentRunId") and r.info.run_id != failed.info.run_id]
+    assert new.info.status == "FINISHED" and new.data.tags[REPLACES_TAG] == failed.info.run_id
+    assert SUPERSEDED_TAG in runs[failed.info.run_id].data.tags
+
+
 def test_tune_resumes_the_interrupted_trial_run(tmp_path, monkeypatch):
     """Ctrl-C in round 3 of the first trial of a 2-point grid: the re-run retries that point (Optuna) and its MLflow
     run continues from round 3 (same run id, under the re-opened parent), with the metrics of an uninterrupted

@@ -240,9 +240,9 @@ def claim_unfinished(tracking_cfg, key: str) -> tuple[dict | None, list[str]]:
 
     * the newest interrupted one (:func:`interrupted`) that has a checkpoint is continued: returns its checkpoint
       payload (:func:`flplat.engine.checkpoint.load`), to pass to :func:`flplat.experiment.run` as ``resume``;
-    * the other interrupted ones are marked (tag ``flplat.superseded_by``: the resumed run, or "a new run ...");
-      stale RUNNING ones end KILLED (tag ``flplat.stale``); with no checkpoint to resume, returns their ids (the
-      new run tags them as ``flplat.replaces``);
+    * the other unfinished ones (interrupted, or FAILED by divergence) are marked (tag ``flplat.superseded_by``:
+      the resumed run, or "a new run ..."); stale RUNNING ones end KILLED (tag ``flplat.stale``); with no
+      checkpoint to resume, returns their ids (the new run tags them as ``flplat.replaces``);
     * RUNNING runs with a live heartbeat are left alone (another process trains them, or a kill was moments ago).
 
     Every decision is said in one line on stderr."""
@@ -256,12 +256,13 @@ def claim_unfinished(tracking_cfg, key: str) -> tuple[dict | None, list[str]]:
     runs = runs_by_key(client, exp.experiment_id, CONFIG_KEY_TAG, key, tracking_cfg.parent_run_id)
     resume, resume_id, others = None, None, []
     for r in runs:
-        if not interrupted(r):
-            if r.info.status == "RUNNING":
-                _say(alive_note(r, "run"))
+        if SUPERSEDED_TAG in r.data.tags or r.info.status not in ("KILLED", "FAILED", "RUNNING"):
+            continue
+        if r.info.status == "RUNNING" and not is_stale(r):
+            _say(alive_note(r, "run"))
             continue
         path = checkpoint_path(tracking_cfg, r.info.run_id)
-        if resume is None and path.is_file():
+        if resume is None and interrupted(r) and path.is_file():  # (not a diverged one: it would diverge again)
             try:
                 resume, resume_id = checkpoint.load(path), r.info.run_id
                 continue
@@ -278,8 +279,9 @@ def claim_unfinished(tracking_cfg, key: str) -> tuple[dict | None, list[str]]:
                  f"{resume_id}")
         else:
             state = "was left RUNNING (stale)" if r.info.status == "RUNNING" else f"ended {r.info.status}"
-            _say(f"flplat: run {r.info.run_id} of this config {state} without a checkpoint to resume: a new run "
-                 f"starts from round 0 (the old one is tagged {SUPERSEDED_TAG})")
+            why_not = "diverged" if not interrupted(r) else "without a checkpoint to resume"
+            _say(f"flplat: run {r.info.run_id} of this config {state} {why_not}: a new run starts from round 0 (the "
+                 f"old one is tagged {SUPERSEDED_TAG})")
         client.set_tag(r.info.run_id, SUPERSEDED_TAG, why)
         if r.info.status == "RUNNING":
             client.set_tag(r.info.run_id, "flplat.stale", "true")
