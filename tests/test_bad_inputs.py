@@ -53,6 +53,9 @@ def test_explicit_data_root_is_used_or_refused(tmp_path, capsys, monkeypatch):
     (["run", QS, "federation.failures.dropout=1.5"], "federation.failures.dropout"),
     (["run", QS, "tracking.uri=http://127.0.0.1:9"], "is unreachable"),
     (["run", QS, "tracking.store_dir=/proc/flplat-store"], "cannot be created"),
+    (["run", "--resume", "0123456789abcdef"], "no checkpoint"),
+    (["run", QS, "--resume", "0123456789abcdef"], "takes no config file"),
+    (["run", "--resume", "0123456789abcdef", "federation.rounds=3"], "only tracking.* keys"),
 ])
 def test_cli_arguments_checked_before_any_work(tmp_path, capsys, monkeypatch, argv, words):
     monkeypatch.chdir(tmp_path)
