@@ -7,7 +7,8 @@ are data, ``configs/papers/<paper>.yaml`` (see :func:`load_paper_values`). A tab
   of :func:`flplat.experiment.run`, an MLflow run nested under one parent run per table and scale. A run is
   identified by the hash of its resolved config (without ``tracking.*`` and ``fabric.num_threads``, which do not
   change the result): re-running the command skips every run already FINISHED with the same hash, so an
-  interrupted grid continues where it stopped, and two tables that share cells (Flux's known-association and
+  interrupted grid continues where it stopped (its interrupted run from its last checkpoint, in the same MLflow
+  run: :func:`flplat.experiment.run_or_resume`), and two tables that share cells (Flux's known-association and
   test-phase tables) share runs. ``--jobs N`` runs cells in N worker processes with one thread each.
 * ``analysis``: no training (CBCC's IID detection, PQFed's EMD curve); a function of (cell, seed) that returns
   one number per row ("method"), logged on the parent run.
