@@ -271,7 +271,8 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
         try:
             loaded = OmegaConf.load(p)
         except Exception as e:  # yaml errors
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first_line(e)}") from None
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first_line(e)}; allowed: a YAML "
+                              "mapping of sections (seed, data, partition, model, algorithm, ...)") from None
         if not isinstance(loaded, DictConfig):
             kind = type(loaded).__name__.replace("Config", "").lower()
             raise ConfigError(f"config file {str(path)!r} holds a YAML {kind}; allowed: a mapping of sections "

@@ -19,7 +19,8 @@ def _err(capsys, argv, tmp_path) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("text,words", [("- a\n- b\n", "holds a YAML list"), ("", "is empty")])
+@pytest.mark.parametrize("text,words", [("- a\n- b\n", "holds a YAML list"), ("", "is empty"),
+                                        ("42\n", "allowed: a YAML mapping of sections")])
 def test_config_file_must_be_a_mapping(tmp_path, capsys, monkeypatch, text, words):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.yaml").write_text(text)
