@@ -307,16 +307,17 @@ def run_or_resume(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress:
     Sharded runs (several processes) are not looked up: every process would have to take the same decision
     while the first one already changes the store; they start from round 0 (said in one line)."""
     if not cfg.tracking.enabled:
-        return run(cfg, callbacks, progress)
+        return run(cfg, callbacks=callbacks, progress=progress)
     if is_multi_process(cfg.fabric):
         if is_main_process():
             print("flplat: a sharded run of a study (several processes) is not resumed from checkpoints; it starts "
                   "from round 0", file=sys.stderr)
-        return run(cfg, callbacks, progress)
+        return run(cfg, callbacks=callbacks, progress=progress)
     from flplat.tracking.runs import REPLACES_TAG, claim_unfinished
 
     check_tracking(cfg.tracking)
     data, replaced = claim_unfinished(cfg.tracking, config_key(cfg))
     if data is not None:
-        return run(cfg, callbacks, progress, resume=data)
-    return run(cfg, callbacks, progress, tags={REPLACES_TAG: ",".join(replaced)} if replaced else None)
+        return run(cfg, callbacks=callbacks, progress=progress, resume=data)
+    tags = {REPLACES_TAG: ",".join(replaced)} if replaced else None
+    return run(cfg, callbacks=callbacks, progress=progress, tags=tags)
