@@ -208,7 +208,10 @@ def _resume(args) -> int:
     from flplat.experiment import resume_checkpoint
     from flplat.tracking.runs import HEARTBEAT_INTERVAL_TAG, HEARTBEAT_TAG, store_uris
 
-    overrides = ([args.config] if args.config else []) + list(args.overrides)  # no config file with --resume
+    if args.config and "=" not in args.config:  # (argparse puts a first KEY=VALUE override in `config`)
+        raise ConfigError(f"--resume={args.resume} takes no config file ({args.config!r}): the run continues with "
+                          "the config it started with; allowed after --resume: tracking.* overrides")
+    overrides = ([args.config] if args.config else []) + list(args.overrides)
     cfg, data = resume_checkpoint(args.resume, overrides)
     if cfg.tracking.enabled and not args.force:
         import time

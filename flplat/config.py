@@ -29,8 +29,8 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from flplat.errors import ConfigError, check_choice, check_range, first_line
 
-__all__ = ["ConfigError", "ExperimentConfig", "Registries", "flatten", "namespaced_section", "parse_config",
-           "to_yaml", "validate"]
+__all__ = ["ConfigError", "ExperimentConfig", "Registries", "config_key", "flatten", "namespaced_section",
+           "parse_config", "to_yaml", "validate"]
 
 
 @dataclass
@@ -271,7 +271,8 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
         try:
             loaded = OmegaConf.load(p)
         except Exception as e:  # yaml errors
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first_line(e)}") from None
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first_line(e)}; allowed: a YAML "
+                              "mapping of sections (seed, data, partition, model, algorithm, ...)") from None
         if not isinstance(loaded, DictConfig):
             kind = type(loaded).__name__.replace("Config", "").lower()
             raise ConfigError(f"config file {str(path)!r} holds a YAML {kind}; allowed: a mapping of sections "
@@ -450,6 +451,20 @@ def loggable(cfg: DictConfig) -> dict[str, Any]:
 
 def loggable_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(loggable(cfg)), resolve=False)
+
+
+def config_key(cfg: DictConfig) -> str:
+    """The hash that identifies what a run computes: the resolved config without ``tracking.*`` and
+    ``fabric.num_threads``, which do not change its result. Runs carry it as the tag ``flplat.config_key``; studies
+    find a finished run, or an unfinished one to resume, by it (:func:`flplat.experiment.run_or_resume`,
+    ``flplat reproduce``)."""
+    import hashlib
+
+    d = OmegaConf.to_container(cfg, resolve=True)
+    d.pop("tracking", None)
+    d.get("fabric", {}).pop("num_threads", None)
+    text = OmegaConf.to_yaml(OmegaConf.create(d), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def flatten(cfg: DictConfig | dict, prefix: str = "") -> dict[str, Any]:

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import FederationInfo, Strategy
-from flplat.config import flatten, loggable, loggable_yaml, parse_config, validate
+from flplat.config import config_key, flatten, loggable, loggable_yaml, parse_config, validate
 from flplat.configure import load_config, registries  # noqa: F401  (load_config: re-exported)
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
@@ -40,6 +40,14 @@ from flplat.models import build_model
 log = logging.getLogger("flplat")
 
 
+def is_multi_process(fcfg) -> bool:
+    """Whether the ``fabric`` section starts several processes (sharded rounds)."""
+    devices = fcfg.devices
+    if isinstance(devices, str) and devices.isdigit():
+        devices = int(devices)
+    return fcfg.num_nodes > 1 or devices not in (1, "1") or "WORLD_SIZE" in os.environ
+
+
 def build_fabric(fcfg):
     """A launched Lightning Fabric: one process, or several (``fabric.devices`` × ``fabric.num_nodes``) that
     shard each round's clients (see :mod:`flplat.engine.sharding`)."""
@@ -53,7 +61,7 @@ def build_fabric(fcfg):
         devices = int(devices)
     if isinstance(devices, int) and devices < 1:
         raise ConfigError(f"fabric.devices={devices!r} is out of range; allowed: an integer >= 1, a list or 'auto'")
-    multi = fcfg.num_nodes > 1 or devices not in (1, "1") or "WORLD_SIZE" in os.environ
+    multi = is_multi_process(fcfg)
     if multi:
         from flplat.engine.sharding import loopback_rendezvous
 
@@ -177,9 +185,10 @@ class ProgressCallback(Callback):
 
 
 def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True,
-        resume: dict | None = None) -> tuple[RunSummary, str | None]:
+        resume: dict | None = None, tags: dict[str, str] | None = None) -> tuple[RunSummary, str | None]:
     """Run the experiment; returns the summary and the MLflow run id (None when tracking is off). ``resume``: a
-    checkpoint payload (:func:`resume_checkpoint`) to continue in its MLflow run after its round."""
+    checkpoint payload (:func:`resume_checkpoint`) to continue in its MLflow run after its round. A new run is
+    tagged with its config hash (``flplat.config_key``: how studies find it again) and ``tags``."""
     if cfg.tracking.enabled:
         check_tracking(cfg.tracking)  # fail fast, before the data are loaded and before any run exists
     p = prepare(cfg)
@@ -196,6 +205,9 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
                                  p.data.label_counts("all"), sizes)
         if resume is not None:
             tracker.resume_run_id = resume["meta"]["run_id"]
+        from flplat.tracking.runs import CONFIG_KEY_TAG
+
+        tracker.extra_tags = {CONFIG_KEY_TAG: config_key(cfg), **(tags or {})}
         cbs.insert(0, tracker)
         if int(cfg.tracking.checkpoint_every) > 0:  # before the tracker: a round is saved before it is logged
             from flplat.engine.checkpoint import CheckpointCallback
@@ -281,3 +293,31 @@ def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictC
     cfg = validate(OmegaConf.merge(parse_config(None, ()), base,
                                    OmegaConf.from_dotlist(list(overrides))), registries())
     return cfg, data
+
+
+def run_or_resume(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True
+                  ) -> tuple[RunSummary, str | None]:
+    """:func:`run` for a run of a study (``flplat sweep`` / ``tune`` / ``reproduce``): when an earlier run of the
+    same config (same config hash, experiment, and parent run when ``tracking.parent_run_id`` is set) was
+    interrupted -- KILLED, FAILED other than by divergence, or RUNNING without a live heartbeat -- and has a
+    checkpoint, it continues in that MLflow run from its last checkpoint, exactly as ``flplat run --resume``
+    (same metrics as an uninterrupted run); one without a checkpoint is tagged as replaced and a new run starts
+    from round 0 (:func:`flplat.tracking.runs.claim_unfinished`; each decision is one line on stderr).
+
+    Sharded runs (several processes) are not looked up: every process would have to take the same decision
+    while the first one already changes the store; they start from round 0 (said in one line)."""
+    if not cfg.tracking.enabled:
+        return run(cfg, callbacks=callbacks, progress=progress)
+    if is_multi_process(cfg.fabric):
+        if is_main_process():
+            print("flplat: a sharded run of a study (several processes) is not resumed from checkpoints; it starts "
+                  "from round 0", file=sys.stderr)
+        return run(cfg, callbacks=callbacks, progress=progress)
+    from flplat.tracking.runs import REPLACES_TAG, claim_unfinished
+
+    check_tracking(cfg.tracking)
+    data, replaced = claim_unfinished(cfg.tracking, config_key(cfg))
+    if data is not None:
+        return run(cfg, callbacks=callbacks, progress=progress, resume=data)
+    tags = {REPLACES_TAG: ",".join(replaced)} if replaced else None
+    return run(cfg, callbacks=callbacks, progress=progress, tags=tags)

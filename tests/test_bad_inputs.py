@@ -19,7 +19,8 @@ def _err(capsys, argv, tmp_path) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("text,words", [("- a\n- b\n", "holds a YAML list"), ("", "is empty")])
+@pytest.mark.parametrize("text,words", [("- a\n- b\n", "holds a YAML list"), ("", "is empty"),
+                                        ("42\n", "allowed: a YAML mapping of sections")])
 def test_config_file_must_be_a_mapping(tmp_path, capsys, monkeypatch, text, words):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.yaml").write_text(text)
@@ -53,6 +54,9 @@ def test_explicit_data_root_is_used_or_refused(tmp_path, capsys, monkeypatch):
     (["run", QS, "federation.failures.dropout=1.5"], "federation.failures.dropout"),
     (["run", QS, "tracking.uri=http://127.0.0.1:9"], "is unreachable"),
     (["run", QS, "tracking.store_dir=/proc/flplat-store"], "cannot be created"),
+    (["run", "--resume", "0123456789abcdef"], "no checkpoint"),
+    (["run", QS, "--resume", "0123456789abcdef"], "takes no config file"),
+    (["run", "--resume", "0123456789abcdef", "federation.rounds=3"], "only tracking.* keys"),
 ])
 def test_cli_arguments_checked_before_any_work(tmp_path, capsys, monkeypatch, argv, words):
     monkeypatch.chdir(tmp_path)

@@ -59,6 +59,10 @@ CASES: list[tuple[str, dict[str, str], list[str], int, str | None]] = [
      ["run", QS, "partition.train_fraction=0.999", "partition.test_fraction=0.001", *FAST], 2, None),
     ("failure probability > 1", {}, ["run", QS, "federation.failures.dropout=1.5", *FAST], 2, None),
     ("--resume of an unknown run", {}, ["run", "--resume", "0123456789abcdef"], 2, None),
+    ("--resume with a config file", {}, ["run", QS, "--resume", "0123456789abcdef"], 2, None),
+    ("--resume with a non-tracking override", {}, ["run", "--resume", "0123456789abcdef", "federation.rounds=3"], 2,
+     None),
+    ("sweep with an invalid seed", {}, ["sweep", QS, "--seeds", "0,x", *FAST], 2, None),
 ]
 
 SETUP_TABLE = ["run", QS, *FAST, "tracking.experiment=quickstart"]  # a finished run for the `table` cases

@@ -7,7 +7,8 @@ are data, ``configs/papers/<paper>.yaml`` (see :func:`load_paper_values`). A tab
   of :func:`flplat.experiment.run`, an MLflow run nested under one parent run per table and scale. A run is
   identified by the hash of its resolved config (without ``tracking.*`` and ``fabric.num_threads``, which do not
   change the result): re-running the command skips every run already FINISHED with the same hash, so an
-  interrupted grid continues where it stopped, and two tables that share cells (Flux's known-association and
+  interrupted grid continues where it stopped (its interrupted run from its last checkpoint, in the same MLflow
+  run: :func:`flplat.experiment.run_or_resume`), and two tables that share cells (Flux's known-association and
   test-phase tables) share runs. ``--jobs N`` runs cells in N worker processes with one thread each.
 * ``analysis``: no training (CBCC's IID detection, PQFed's EMD curve); a function of (cell, seed) that returns
   one number per row ("method"), logged on the parent run.
@@ -30,7 +31,6 @@ paper's value | ours mean ± std (n seeds) | difference | verdict. The verdict h
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import math
 import re
@@ -44,6 +44,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from flplat.config import config_key  # noqa: F401  (the hash that identifies a run; re-exported)
 from flplat.errors import ConfigError
 
 PAPERS = ("clust-psi-pfl", "cafa", "dapfl", "flux", "pqfed")
@@ -257,15 +258,6 @@ class Job:
     key: str  # hash of the resolved config
 
 
-def config_key(cfg) -> str:
-    """The hash that identifies a run: the resolved config without what does not change the result."""
-    d = OmegaConf.to_container(cfg, resolve=True)
-    d.pop("tracking", None)
-    d.get("fabric", {}).pop("num_threads", None)
-    text = OmegaConf.to_yaml(OmegaConf.create(d), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def run_params(cfg) -> dict[str, str]:
     """The config as the run logs it (MLflow params: dotted keys, string values), without what :func:`config_key`
     leaves out."""
@@ -340,8 +332,9 @@ def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, ce
 
 
 def _run_job(job: Job, parent: str | None, threads: int | None) -> tuple[str, dict[str, float], str | None, float]:
-    """One run (in this process or a worker); returns (key, metrics, run id, seconds)."""
-    from flplat.experiment import load_config, run
+    """One run (in this process or a worker); returns (key, metrics, run id, seconds). A run of the same config
+    interrupted before (KILLED, FAILED, stale RUNNING) continues from its checkpoint (``run_or_resume``)."""
+    from flplat.experiment import load_config, run_or_resume
 
     over = list(job.overrides)
     if threads:
@@ -351,10 +344,12 @@ def _run_job(job: Job, parent: str | None, threads: int | None) -> tuple[str, di
     cfg = load_config(job.config, over)
     t0 = time.perf_counter()
     try:
-        summary, run_id = run(cfg, progress=False)
+        summary, run_id = run_or_resume(cfg, progress=False)
     except ConfigError as e:  # found while preparing the run, e.g. an infeasible partition: skip this run only
         return job.key, None, str(e), time.perf_counter() - t0
-    return job.key, dict(summary.metrics), run_id, time.perf_counter() - t0
+    # the last round's metrics and the run-level summaries (logged at the last step too), as Store.finished reads
+    # them back: a table's metric such as mean_local_accuracy_last10 is there on the first run as on a re-run
+    return job.key, {**summary.metrics, **summary.final}, run_id, time.perf_counter() - t0
 
 
 class Store:

@@ -139,7 +139,7 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     """Run (or resume) a study; returns the best params and value."""
     import optuna
 
-    from flplat.experiment import run
+    from flplat.experiment import run_or_resume
 
     base = load_config(config, overrides)  # validates the base config before anything is created
     algo = base.algorithm.name
@@ -169,7 +169,7 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
             f"`{what}`; storage {storage}. Trials are the nested runs; objective {objective_key}, maximised. "
             "Best params in best_params.yaml; optimisation history and parameter importances under plots/. "
             f"Browse the study: optuna-dashboard {storage}")
-    parent = _parent_run(base, name, space_path, desc) if base.tracking.enabled else None
+    parent = _parent_run(base, name, space_path, desc, f"tune {name} {storage}") if base.tracking.enabled else None
     if objective_key != "val_accuracy":
         print("flplat tune: partition.val_fraction is 0; optimising test accuracy (set a validation split)",
               file=sys.stderr)
@@ -186,7 +186,7 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
                 f"tracking.run_name={name}-trial{trial.number}"]
         if parent:
             over.append(f"tracking.parent_run_id={parent}")
-        summary, run_id = run(load_config(config, over), progress=progress)
+        summary, run_id = run_or_resume(load_config(config, over), progress=progress)  # an interrupted run continues
         if run_id:
             trial.set_user_attr("mlflow_run_id", run_id)
         return summary.metrics[objective_key]
@@ -221,11 +221,27 @@ def _client(cfg):
     return client, ensure_experiment(client, cfg.tracking.experiment, artifacts)
 
 
-def _parent_run(cfg, name: str, kind: str, description: str = "") -> str:
+def study_key(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _parent_run(cfg, name: str, kind: str, description: str = "", identity: str = "") -> str:
     """A parent run for a study or sweep, tagged like its children (algorithm, dataset, partition, provenance)
-    with ``description`` shown in the MLflow UI (``mlflow.note.content``)."""
+    with ``description`` shown in the MLflow UI (``mlflow.note.content``). ``identity`` says what defines the
+    study (tag ``flplat.study_key``: its hash): the same command run again after an interruption re-opens the
+    interrupted parent (KILLED, FAILED, or RUNNING without heartbeat) instead of creating one, so its finished
+    runs are kept and its interrupted ones resumed (:func:`flplat.experiment.run_or_resume`)."""
+    from flplat.tracking.runs import STUDY_KEY_TAG, reopen_parent
+
     client, exp_id = _client(cfg)
-    tags = {**run_tags(flatten(cfg)), "flplat.kind": kind}
+    key = study_key(identity) if identity else None
+    if key:
+        reopened = reopen_parent(client, exp_id, key, kind)
+        if reopened:
+            return reopened
+    tags = {**run_tags(flatten(cfg)), "flplat.kind": kind, **({STUDY_KEY_TAG: key} if key else {})}
     tags.pop("seed", None)
     if description:
         tags["mlflow.note.content"] = description
@@ -247,8 +263,14 @@ def _finish_parent(cfg, run_id: str, study, status: str) -> None:
 
 
 def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: bool = False) -> list[dict]:
-    """Run the same config for several seeds, nested under one parent run; returns each seed's last metrics."""
-    from flplat.experiment import run
+    """Run the same config for several seeds, nested under one parent run; returns each seed's last metrics.
+
+    The same sweep run again after an interruption (Ctrl-C, SIGTERM, a kill: its parent is KILLED, FAILED or
+    stale) continues it: the parent is re-opened, seeds whose run FINISHED are not trained again (their last
+    round's metrics are read back from the store), an interrupted seed continues from its checkpoint in its run
+    (:func:`flplat.experiment.run_or_resume`), and the parent ends with the mean / std over every seed."""
+    from flplat.config import config_key
+    from flplat.experiment import run_or_resume
 
     base = load_config(config, overrides)
     cfgs = [load_config(config, [*overrides, f"seed={s}"]) for s in seeds]  # validate all before running
@@ -256,7 +278,8 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
     name = f"{run_name(flatten(base)).rsplit(' seed=', 1)[0]} seeds={','.join(map(str, seeds))}"
     desc = (f"Seed sweep of `{what}` over seeds {', '.join(map(str, seeds))}: one nested run per seed; mean and "
             "std over the seeds of the final metrics logged here (<metric>_mean, <metric>_std).")
-    parent = _parent_run(base, name, "seed-sweep", desc) if base.tracking.enabled else None
+    identity = f"sweep {config_key(base)} seeds={','.join(map(str, seeds))}"
+    parent = _parent_run(base, name, "seed-sweep", desc, identity) if base.tracking.enabled else None
     out: list[dict] = []
 
     def finish(status: str) -> None:
@@ -274,6 +297,32 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
         for s, cfg in zip(seeds, cfgs):
             if parent:
                 cfg.tracking.parent_run_id = parent
-            summary, _ = run(cfg, progress=progress)
+                done = _finished_child(base, parent, cfg)
+                if done is not None:
+                    print(f"flplat sweep: seed {s} already finished (run {done[0]}), not trained again",
+                          file=sys.stderr)
+                    out.append({"seed": s, **done[1]})
+                    continue
+            summary, _ = run_or_resume(cfg, progress=progress)
             out.append({"seed": s, **summary.metrics})
     return out
+
+
+def _finished_child(base, parent: str, cfg) -> tuple[str, dict[str, float]] | None:
+    """(run id, last round's metrics as logged) of a FINISHED run of ``cfg`` under ``parent``, or None."""
+    from flplat.config import config_key
+    from flplat.tracking.runs import CONFIG_KEY_TAG, runs_by_key
+
+    client, exp_id = _client(base)
+    done = [r for r in runs_by_key(client, exp_id, CONFIG_KEY_TAG, config_key(cfg), parent)
+            if r.info.status == "FINISHED"]
+    if not done:
+        return None
+    run_id, last = done[0].info.run_id, int(cfg.federation.rounds)
+    metrics = {}
+    for key in done[0].data.metrics:
+        if not key.startswith("system/"):
+            at = [m.value for m in client.get_metric_history(run_id, key) if m.step == last]
+            if at:
+                metrics[key] = at[-1]
+    return run_id, metrics
