@@ -274,3 +274,25 @@ def test_run_params_are_what_the_run_logs_without_tracking():
     assert not any(k.startswith("tracking.") for k in params) and "fabric.num_threads" not in params
     assert set(flatten(loggable(cfg))) - set(params) == {k for k in flatten(loggable(cfg))
                                                          if k.startswith("tracking.") or k == "fabric.num_threads"}
+
+
+def test_finished_runs_of_an_earlier_flplat_are_reused_when_compatible(tmp_path, capsys):
+    """A run whose hash no longer matches (flplat gained a config key since) still counts when its logged params
+    match the job's: simulated by giving the finished run another hash tag."""
+    store = tmp_path / "store"
+    args = ["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
+            "--methods", "FedAvg", "--store-dir", str(store)]
+    assert main(args) == 0
+    client, runs = _runs(store)
+    (child,) = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    client.set_tag(child.info.run_id, "flplat.reproduce.key", "made-by-an-older-flplat")
+    capsys.readouterr()
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"finished run {child.info.run_id} of an earlier flplat stands for it" in err
+    assert len(_runs(store)[1]) == 2  # nothing trained again
+    # a job whose params differ is not matched: it trains
+    client.set_tag(child.info.run_id, "flplat.reproduce.key", "made-by-an-older-flplat")
+    assert main([*args, "--set", "federation.local_epochs=2"]) == 0
+    assert "stands for it" not in capsys.readouterr().err
+    assert len(_runs(store)[1]) == 3

@@ -382,6 +382,45 @@ class Store:
         return {r.data.tags["flplat.reproduce.key"]: (r.info.run_id, dict(r.data.metrics)) for r in runs
                 if "flplat.reproduce.key" in r.data.tags}
 
+    def match_older(self, paper: str, todo: list[Job], done: dict[str, tuple[str, dict[str, float]]]) -> list[Job]:
+        """The jobs of ``todo`` that no finished run stands for. A FINISHED run of this paper whose hash no longer
+        matches (made before flplat gained config keys) stands for a job when :func:`compatible` says so: it is
+        re-tagged with the job's hash, added to ``done`` and reported in one line."""
+        if not todo:
+            return todo
+        from flplat.experiment import load_config
+
+        # a run of the current flplat with the same params has the job's hash (it would be in ``done``): only runs
+        # of an earlier flplat can match here
+        older = self._search(f"attributes.status = 'FINISHED' and tags.`flplat.reproduce.paper` = '{paper}'")
+        if not older:
+            return todo
+        defaults: dict[str, dict[str, str]] = {}
+        left = []
+        for j in todo:
+            params = run_params(load_config(j.config, list(j.overrides)))
+            name = params.get("algorithm.name", "")
+            if name not in defaults:
+                defaults[name] = run_params(load_config(None, [f"algorithm.name={name}"]))
+            match = None
+            for r in older:
+                if r.data.params.get("seed") == params.get("seed") and \
+                        r.data.params.get("algorithm.name") == name:
+                    added = compatible(params, r.data.params, defaults[name])
+                    if added is not None:
+                        match = (r, added)
+                        break
+            if match is None:
+                left.append(j)
+                continue
+            r, added = match
+            self.client.set_tag(r.info.run_id, "flplat.reproduce.key", j.key)
+            older.remove(r)
+            done[j.key] = (r.info.run_id, dict(r.data.metrics))
+            print(f"{j.table} {j.cell} {j.method} s{j.seed}: finished run {r.info.run_id} of an earlier flplat "
+                  f"stands for it (new keys at their defaults: {', '.join(added) or 'none'})", file=sys.stderr)
+        return left
+
     def parent(self, paper: str, table: str, scale: str) -> str:
         name = f"{paper}/{table}@{scale}"
         found = self._search(f"tags.`flplat.reproduce.parent` = '{name}'")
@@ -441,6 +480,7 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
         if j.key not in done and j.key not in seen:
             todo.append(j)
             seen.add(j.key)
+    todo = store.match_older(paper, todo, done)
     prog = Progress(len(jobs), len(jobs) - len(todo))
     if len(todo) < len(jobs):
         print(f"{table.id}: {len(jobs) - len(todo)} of {len(jobs)} runs already finished, skipped", file=sys.stderr)
