@@ -190,6 +190,22 @@ def test_pqfed_table8_stages_are_one_run_per_method_and_seed(tmp_path, capsys):
     assert f"| mnist | FedAvg | 1 | {stop} ± 0 (1) |" in out.out
 
 
+def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys):
+    """Flux's τ table: the ``true M`` row is the partition's number of distributions, read from Flux's own run (one
+    run for both rows); IFCA is given the true M (App. E.1), so its τ equals it."""
+    from flplat.experiment import load_config, prepare
+
+    assert main(["reproduce", "flux", "tau", "--scale", "smoke", "--cells", "label_l5", "--methods",
+                 "IFCA,Flux,true M", "--store-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    assert "[2/2] tau label_l5" in out.err and "[3/" not in out.err
+    t = next(t for t in rp.paper_tables("flux") if t.id == "tau")
+    m = prepare(load_config(str(rp.REPO / t.cells[0].config.replace("feature_l2", "label_l5")),
+                            t.scales["smoke"])).data.meta["num_distributions"]
+    assert f"| label_l5 | true M | not reported | {m} ± 0 (1) |" in out.out
+    assert f"| label_l5 | IFCA | not reported | {m} ± 0 (1) |" in out.out
+
+
 def test_cli_analysis_table_smoke(tmp_path, capsys):
     assert main(["reproduce", "cafa", "table3", "--scale", "smoke", "--cells", "case1", "--store-dir",
                  str(tmp_path)]) == 0
