@@ -38,6 +38,8 @@ def test_paper_values_check_finds_a_missing_cell(tmp_path):
     ("flux", "known_association", "feature_l5", "Flux", (95.50, 0.10)),
     ("flux", "known_association", "concept_yx_l5", "FedAvg", (63.87, 0.36)),
     ("flux", "test_phase", "label_l8", "IFCA", (54.54, 5.97)),
+    ("flux", "scalability", "label_l7", "FedAvg", (84.2, 2.5)),
+    ("flux", "scalability", "concept_xy_l6", "Flux", (96.3, 0.1)),
     ("dapfl", "table1", "cifar10_k100_high", "DA-PFL", (68.25, None)),
     ("dapfl", "table3_digits", "digits_k20_high", "FedProx", (28.62, None)),
     ("dapfl", "table5", "cifar10_k20_low", "DA-PFL-V2", (56.21, None)),
@@ -59,6 +61,7 @@ def test_paper_value_reasons():
     v = rp.load_paper_values("flux")
     assert rp.paper_value(v, "test_phase", "concept_yx_l5", "Flux")[0] is None  # N/A: P(Y|X) has no test phase
     assert rp.paper_value(v, "ari", "feature_l2", "Flux") == (None, None, "not reported")  # the table default
+    assert rp.paper_value(v, "tau", "label_l5", "true M") == (None, None, "not reported")
     assert rp.paper_value(rp.load_paper_values("cafa"), "table5", "fmnist", "CBCC-only")[2] == "not reported"
 
 
