@@ -209,6 +209,15 @@ def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys):
     assert f"| label_l5 | IFCA | not reported | {m} ± 0 (1) |" in out.out
 
 
+def test_flux_scalability_smoke_cell_reports_known_association(tmp_path, capsys):
+    """App. F.2 / Table 50 at smoke scale (40 + 10 unseen clients instead of 1,200 + 100): the run ends with the
+    known-association accuracy, which the table sets beside the paper's mean ± std."""
+    assert main(["reproduce", "flux", "scalability", "--scale", "smoke", "--cells", "label_l7", "--methods", "FedAvg",
+                 "--store-dir", str(tmp_path)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| label_l7 | FedAvg |"))
+    assert row.startswith("| label_l7 | FedAvg | 84.2 ± 2.5 | ") and " (1) | " in row
+
+
 def test_cli_analysis_table_smoke(tmp_path, capsys):
     assert main(["reproduce", "cafa", "table3", "--scale", "smoke", "--cells", "case1", "--store-dir",
                  str(tmp_path)]) == 0
