@@ -177,6 +177,14 @@ def test_flux_prior_uses_true_m():
     assert s.metrics["tau"] == p.data.meta["num_distributions"] and s.metrics["ari"] == 1.0
 
 
+def test_the_true_number_of_distributions_is_logged_for_every_method():
+    """The partition's M beside τ (``flplat reproduce flux tau``), also for a method without clusters (no ARI)."""
+    cfg = flux_cfg(**{"algorithm.name": "fedavg", "federation.rounds": 1})
+    m = prepare(cfg).data.meta["num_distributions"]
+    s = _run(cfg)
+    assert m >= 2 and s.metrics["num_distributions"] == m and "ari" not in s.metrics and "tau" not in s.metrics
+
+
 def test_late_joiners_are_assigned_to_the_nearest_centroid():
     # 6 of 8 clients take part in the clustering round; the other two join their distribution's cluster later
     s = _run(flux_cfg(**{"federation.client_fraction": 0.75, "federation.rounds": 5, "algorithm.start_round": 2}))

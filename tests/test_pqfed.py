@@ -219,6 +219,34 @@ def test_incremental_visits_clients_by_distance_and_stops(tiny_cfg):
     assert s.history[2]["target_accuracy"] == s.history[1]["target_accuracy"] < s.history[0]["target_accuracy"]
 
 
+def test_algorithm2_outcome_with_and_without_stopping(tiny_cfg):
+    """Algorithm 2 breaks at the first stage whose accuracy is below the best so far and returns that (last) model:
+    ``algorithm2_stage`` / ``algorithm2_accuracy`` say where and what, the same whether training stops there
+    (incremental_stop) or goes on through every stage (Table VIII)."""
+    over = _paper_like(**{"algorithm.selection": "all", "algorithm.mode": "incremental",
+                          "algorithm.rounds_per_stage": 1, "algorithm.incremental_stop": "false",
+                          "federation.optimizer.lr": 0.5, "federation.rounds": 3})
+    free = _run(tiny_cfg, **over)
+    accs = [h["target_accuracy"] for h in free.history]
+    assert free.state.extra["pqfed"]["stage_acc"].tolist() == accs  # one round per stage
+    assert accs[1] < accs[0]  # the rule by hand: the first decrease is stage 2
+    assert "algorithm2_stage" not in free.history[0]
+    assert [h["algorithm2_stage"] for h in free.history[1:]] == [2.0, 2.0]
+    assert free.metrics["algorithm2_accuracy"] == accs[1]
+    stop = _run(tiny_cfg, **{**over, "algorithm.incremental_stop": "true"})
+    assert (stop.metrics["algorithm2_stage"], stop.metrics["algorithm2_accuracy"]) == (2.0, accs[1])
+    assert stop.metrics["target_accuracy"] == accs[1]
+    best = _run(tiny_cfg, **{**over, "algorithm.incremental_stop": "true", "algorithm.incremental_return": "best"})
+    assert (best.metrics["algorithm2_stage"], best.metrics["algorithm2_accuracy"]) == (2.0, accs[0])
+    assert best.metrics["target_accuracy"] == accs[0]
+    # no decrease (one collaborator, one stage of two rounds): Algorithm 2 returns the model after the last stage
+    one = _run(tiny_cfg, **{**over, "algorithm.selection": "given", "algorithm.collaborators": "[1]",
+                            "algorithm.rounds_per_stage": 2, "federation.rounds": 2})
+    assert "algorithm2_stage" not in one.history[0]
+    assert one.metrics["algorithm2_stage"] == 1.0
+    assert one.metrics["algorithm2_accuracy"] == one.metrics["target_accuracy"]
+
+
 @pytest.mark.parametrize("key,value,match", [
     ("algorithm.selection", "loose", "algorithm.selection"),
     ("algorithm.inner", "cfl", "algorithm.inner"),

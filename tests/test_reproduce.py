@@ -38,6 +38,8 @@ def test_paper_values_check_finds_a_missing_cell(tmp_path):
     ("flux", "known_association", "feature_l5", "Flux", (95.50, 0.10)),
     ("flux", "known_association", "concept_yx_l5", "FedAvg", (63.87, 0.36)),
     ("flux", "test_phase", "label_l8", "IFCA", (54.54, 5.97)),
+    ("flux", "scalability", "label_l7", "FedAvg", (84.2, 2.5)),
+    ("flux", "scalability", "concept_xy_l6", "Flux", (96.3, 0.1)),
     ("dapfl", "table1", "cifar10_k100_high", "DA-PFL", (68.25, None)),
     ("dapfl", "table3_digits", "digits_k20_high", "FedProx", (28.62, None)),
     ("dapfl", "table5", "cifar10_k20_low", "DA-PFL-V2", (56.21, None)),
@@ -46,6 +48,9 @@ def test_paper_values_check_finds_a_missing_cell(tmp_path):
     ("pqfed", "table2", "exp3", "FedAvg", (96.00, None)),
     ("pqfed", "table5", "exp12", "FedDyn", (97.00, None)),
     ("pqfed", "table6", "mnist", "IFCA", (97.54, None)),
+    ("pqfed", "table8", "stage5", "FedProx", (0.9840, None)),
+    ("pqfed", "table8", "stage11", "FedDyn", (0.9142, None)),
+    ("pqfed", "table8_stop", "mnist", "FedDyn", (8, None)),
 ])
 def test_paper_values_sample(paper, table, cell, method, expected):
     mean, std, _ = rp.paper_value(rp.load_paper_values(paper), table, cell, method)
@@ -56,6 +61,7 @@ def test_paper_value_reasons():
     v = rp.load_paper_values("flux")
     assert rp.paper_value(v, "test_phase", "concept_yx_l5", "Flux")[0] is None  # N/A: P(Y|X) has no test phase
     assert rp.paper_value(v, "ari", "feature_l2", "Flux") == (None, None, "not reported")  # the table default
+    assert rp.paper_value(v, "tau", "label_l5", "true M") == (None, None, "not reported")
     assert rp.paper_value(rp.load_paper_values("cafa"), "table5", "fmnist", "CBCC-only")[2] == "not reported"
 
 
@@ -181,6 +187,63 @@ def test_cli_smoke_table_end_to_end(tmp_path, capsys):
     assert main([*args, "--seeds", "0,1"]) == 0
     assert "2 of 4 runs already finished" in capsys.readouterr().err
     assert len(_runs(store)[1]) == 5
+
+
+def test_pqfed_table8_stages_are_one_run_per_method_and_seed(tmp_path, capsys):
+    """PQFed Table VIII at smoke scale: the 11 stages and Algorithm 2's outcome of one inner algorithm and seed are one
+    run (every stage trained), read from its per-stage series; ``table8_stop`` reuses that run (nothing new trained)."""
+    from mlflow.tracking import MlflowClient
+
+    from flplat.tracking.runs import store_uris
+
+    base = ["reproduce", "pqfed", "table8", "--scale", "smoke", "--methods", "FedAvg", "--store-dir", str(tmp_path)]
+    assert main(base) == 0
+    out = capsys.readouterr()
+    assert "[1/1] table8 stage1 FedAvg s0" in out.err and "[2/" not in out.err
+    rows = [line for line in out.out.splitlines() if "| FedAvg |" in line]
+    assert [r.split(" | ")[0].strip("| ") for r in rows] == [f"stage{i}" for i in range(1, 12)] + ["algorithm2"]
+    assert rows[0].startswith("| stage1 | FedAvg | 0.9685 |")
+    assert rows[-1].startswith("| algorithm2 | FedAvg | 0.9831 |")
+    client = MlflowClient(tracking_uri=store_uris(None, str(tmp_path))[0])
+    exp = client.get_experiment_by_name("reproduce-pqfed")
+    (run,) = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("mlflow.parentRunId")]
+    hist = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "target_accuracy_by_stage")}
+    accs = [hist[i] for i in range(1, 12)]
+    for row, acc in zip(rows, accs):
+        assert f"| {acc:.4g} ± 0 (1) |" in row
+    # Algorithm 2's rule by hand on the series: break at the first stage below the best so far, else the last
+    stop = next((i for i in range(2, 12) if accs[i - 1] < max(accs[:i - 1])), 11)
+    assert run.data.metrics["algorithm2_stage"] == stop
+    assert f"| {accs[stop - 1]:.4g} ± 0 (1) |" in rows[-1]
+    assert main([*base[:2], "table8_stop", *base[3:]]) == 0
+    out = capsys.readouterr()
+    assert "table8_stop: 1 of 1 runs already finished, skipped" in out.err
+    assert f"| mnist | FedAvg | 1 | {stop} ± 0 (1) |" in out.out
+
+
+def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys):
+    """Flux's τ table: the ``true M`` row is the partition's number of distributions, read from Flux's own run (one
+    run for both rows); IFCA is given the true M (App. E.1), so its τ equals it."""
+    from flplat.experiment import load_config, prepare
+
+    assert main(["reproduce", "flux", "tau", "--scale", "smoke", "--cells", "label_l5", "--methods",
+                 "IFCA,Flux,true M", "--store-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    assert "[2/2] tau label_l5" in out.err and "[3/" not in out.err
+    t = next(t for t in rp.paper_tables("flux") if t.id == "tau")
+    m = prepare(load_config(str(rp.REPO / t.cells[0].config.replace("feature_l2", "label_l5")),
+                            t.scales["smoke"])).data.meta["num_distributions"]
+    assert f"| label_l5 | true M | not reported | {m} ± 0 (1) |" in out.out
+    assert f"| label_l5 | IFCA | not reported | {m} ± 0 (1) |" in out.out
+
+
+def test_flux_scalability_smoke_cell_reports_known_association(tmp_path, capsys):
+    """App. F.2 / Table 50 at smoke scale (40 + 10 unseen clients instead of 1,200 + 100): the run ends with the
+    known-association accuracy, which the table sets beside the paper's mean ± std."""
+    assert main(["reproduce", "flux", "scalability", "--scale", "smoke", "--cells", "label_l7", "--methods", "FedAvg",
+                 "--store-dir", str(tmp_path)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| label_l7 | FedAvg |"))
+    assert row.startswith("| label_l7 | FedAvg | 84.2 ± 2.5 | ") and " (1) | " in row
 
 
 def test_cli_analysis_table_smoke(tmp_path, capsys):

@@ -27,8 +27,14 @@ unchanged. ``stop_split=val`` needs a validation split on the target and a targe
 accuracy: both are ConfigErrors when the strategy is built.
 
 Logged every round: ``target_accuracy`` (the target's test accuracy with the model it uses), the number of
-collaborators, the EMD threshold; in incremental mode the stage, its client and that client's EMD. The EMD of
-every client is a series (``emd_by_client``) and ``pqfed/selection.csv`` an artifact.
+collaborators, the EMD threshold; in incremental mode the stage, its client and that client's EMD, and, from the
+stage where Algorithm 2 breaks (its first decrease on ``stop_split``; the last stage when there is none) on,
+``algorithm2_stage`` and ``algorithm2_accuracy`` (the target's test accuracy of the model Algorithm 2 returns,
+per ``incremental_return``). These two are also logged with ``incremental_stop=false``, where training goes on
+through every stage: one run then gives both Table VIII's accuracy after every stage and Algorithm 2's outcome
+(the rounds up to the break are the same with and without stopping). The EMD of every client is a series
+(``emd_by_client``), in incremental mode also the target's test accuracy after each stage
+(``target_accuracy_by_stage``, step = stage), and ``pqfed/selection.csv`` an artifact.
 
 Choices where the paper is open: the LDP sensitivity range (``ldp_range``, see :mod:`flplat.maths.pqfed`) is fixed
 from the public sample with clipping by default (``local``: each client's own range, the paper's formula); the
@@ -173,8 +179,9 @@ class PQFed(Strategy):
         state = self.inner.init_state(init_weights, rng, ops)
         emd, order = self.similarity(rng, ops)
         state.extra["pqfed"] = {"emd": emd, "order": order, "stopped": np.array(False), "best_acc": np.array(-1.0),
-                                "target_acc": np.array(np.nan),
-                               "best_weights": None if state.weights is None else state.weights.clone()}
+                                "target_acc": np.array(np.nan), "stage_acc": np.zeros(0), "best_test": np.array(np.nan),
+                                "a2_stage": np.array(0), "a2_acc": np.array(np.nan),
+                                "best_weights": None if state.weights is None else state.weights.clone()}
         return state
 
     # ---- rounds ---------------------------------------------------------------------------------------
@@ -210,17 +217,25 @@ class PQFed(Strategy):
         t = self.cfg.target
         x["target_acc"] = np.array(ops.evaluate([(t, self.inner.eval_weights(state, t))], "test")[0].accuracy)
         if not frozen and self.cfg.mode == "incremental" and state.round % self.cfg.rounds_per_stage == 0:
+            stage, test_acc = state.round // self.cfg.rounds_per_stage, float(x["target_acc"])
+            x["stage_acc"] = np.append(x["stage_acc"], test_acc)
             acc = x["target_acc"] if self.cfg.stop_split == "test" else np.array(
                 ops.evaluate([(t, self.inner.eval_weights(state, t))], "val")[0].accuracy)
-            if self.cfg.incremental_stop and acc < x["best_acc"]:
+            decreased = bool(acc < x["best_acc"])
+            if decreased and not x["a2_stage"]:  # where Algorithm 2 breaks (also when incremental_stop is off)
+                x["a2_stage"] = np.array(stage)
+                x["a2_acc"] = np.array(x["best_test"] if self.cfg.incremental_return == "best" else test_acc)
+            if self.cfg.incremental_stop and decreased:
                 x["stopped"] = np.array(True)
                 if self.cfg.incremental_return == "best" and state.weights is not None:
                     state.weights = x["best_weights"].clone()
                     x["target_acc"] = np.array(ops.evaluate([(t, state.weights)], "test")[0].accuracy)
             else:
-                x["best_acc"] = np.array(acc)
+                x["best_acc"], x["best_test"] = np.array(acc), np.array(test_acc)
                 if state.weights is not None:
                     x["best_weights"] = state.weights.clone()
+            if not x["a2_stage"] and stage == len(x["order"]):  # no decrease: Algorithm 2 returns the last model
+                x["a2_stage"], x["a2_acc"] = np.array(stage), np.array(test_acc)
         return state
 
     # ---- evaluation and logging ---------------------------------------------------------------------------
@@ -243,10 +258,16 @@ class PQFed(Strategy):
             s = min(self._stage(state), len(order) - 1)
             m.update({"stage": float(s + 1), "stage_client": float(order[s]), "stage_client_emd": float(emd[order[s]]),
                       "stopped": float(bool(x["stopped"]))})
+            if x["a2_stage"]:
+                m.update({"algorithm2_stage": float(x["a2_stage"]), "algorithm2_accuracy": float(x["a2_acc"])})
         return m
 
     def series(self, state):
-        return {"emd_by_client": [(k, float(d)) for k, d in enumerate(state.extra["pqfed"]["emd"])]}
+        x = state.extra["pqfed"]
+        out = {"emd_by_client": [(k, float(d)) for k, d in enumerate(x["emd"])]}
+        if self.cfg.mode == "incremental":
+            out["target_accuracy_by_stage"] = [(i + 1, float(a)) for i, a in enumerate(x["stage_acc"])]
+        return out
 
     def artifacts(self, state):
         x = state.extra["pqfed"]

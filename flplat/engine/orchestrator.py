@@ -262,8 +262,10 @@ class Orchestrator:
             m["bytes_down"] = m["bytes_up"] = 0.0
         m.update(strategy.round_metrics(self.state))
         true = self.data.meta.get("distribution")
-        if true is not None and self.state.assignment is not None:  # planted distributions (shift partitions)
-            m.update(clustering_scores(np.asarray(true), np.asarray(self.state.assignment)))
+        if true is not None:  # planted distributions (shift partitions): their number M, the clustering's ARI
+            m["num_distributions"] = float(len(np.unique(true)))
+            if self.state.assignment is not None:
+                m.update(clustering_scores(np.asarray(true), np.asarray(self.state.assignment)))
         if t % self.eval_every == 0 or t == self.rounds:
             m.update(self.evaluate())
         if t == self.rounds and self.data.unseen:

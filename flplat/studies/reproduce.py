@@ -481,9 +481,10 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
             todo.append(j)
             seen.add(j.key)
     todo = store.match_older(paper, todo, done)
-    prog = Progress(len(jobs), len(jobs) - len(todo))
-    if len(todo) < len(jobs):
-        print(f"{table.id}: {len(jobs) - len(todo)} of {len(jobs)} runs already finished, skipped", file=sys.stderr)
+    total = len({j.key for j in jobs})  # cells that read one run (PQFed's Table VIII stages) count it once
+    prog = Progress(total, total - len(todo))
+    if len(todo) < total:
+        print(f"{table.id}: {total - len(todo)} of {total} runs already finished, skipped", file=sys.stderr)
 
     def finish(job: Job, res) -> None:
         key, metrics, run_id, secs = res
