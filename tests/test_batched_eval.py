@@ -130,16 +130,23 @@ def _personal_requests(p, num_clients):
     return [(k, ws[k]) for k in range(num_clients)]
 
 
-@pytest.mark.parametrize("group_size", [0, 2])
-def test_evaluate_columns_matches_the_per_client_loop(group_size, monkeypatch):
+# batch norm: eval mode reads each client's running statistics from its flat vector
+BN_CNN = {"data.name": "digits", "model.name": "cifar_cnn", "model.widths": "[4,8]", "model.block_dropout": "[0.1,0.1]",
+          "model.dense": 16, "federation.eval_batch_size": 16}
+
+
+@pytest.mark.parametrize(("group_size", "model"), [(0, {}), (2, {}), (0, BN_CNN)], ids=["mlp", "mlp-g2", "bn-cnn"])
+def test_evaluate_columns_matches_the_per_client_loop(group_size, model, monkeypatch):
     from conftest import tiny_overrides
 
     from flplat.experiment import load_config, prepare
 
-    p = prepare(load_config(None, tiny_overrides(**{"partition.num_clients": 24, "federation.eval_batch_size": 8})))
+    over = tiny_overrides(**{"partition.num_clients": 24, "federation.eval_batch_size": 8, **model})
+    budget = int(dict(o.split("=", 1) for o in over)["federation.eval_batch_size"])
+    p = prepare(load_config(None, [o for o in over if not (model and o.startswith("model.hidden"))]))
     p.data.clients[4].test = p.data.clients[4].test[:0]  # a client without test rows
     sizes = p.data.num_samples("test")
-    assert sizes.max() > 8 and (sizes[sizes > 0] <= 8).sum() > 2  # some clients alone, some in groups
+    assert sizes.max() > budget and (sizes[sizes > 0] <= budget).sum() > 2  # some clients alone, some in groups
     ex = LocalExecutor(p.trainer, p.data, 0, eval_group_size=group_size)
     calls: dict[str, int] = {}
     _spy(monkeypatch, StackedScorer, "score", calls)

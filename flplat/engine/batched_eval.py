@@ -17,16 +17,18 @@ Which clients share a model is read from the strategy's structure, never guessed
 :meth:`ClusteredStrategy.eval_weights` (``state.clusters[assignment[k]]``, unassigned clients ``state.weights``).
 
 **Personal models** (strategies that override ``eval_weights``: Ditto, FedRep, APFL, pFedMe, DA-PFL, Local, ...):
-:meth:`LocalExecutor.evaluate_columns` reads each client's model from the strategy as before (one at a time, so
-10,000 personal models are never held at once) and scores them in groups with :class:`StackedScorer`: the group's
-models stacked ``(G, P)``, its clients' rows padded to the group's largest client ``(G, W)``, one ``torch.func``
-``vmap`` of ``functional_call`` of the shared network (as :mod:`flplat.engine.vectorized` trains), with padded
-rows masked out of the sums. Clients are visited in order of their number of rows, so a group's clients have
-similar sizes; a group holds at most ``federation.eval_group_size`` models (0: as many as fit
-``eval_batch_size`` rows and :data:`STACK_BYTES` of stacked weights), and a client with more rows than
-``eval_batch_size`` is scored alone (one chunked pass: the per-client cost is already amortised there). Models a
-strategy returns as the very same tensor object for several clients of a window (the global model for clients
-without a personal one, CReFF's single model) are scored as a shared group instead of being stacked.
+:meth:`LocalExecutor.evaluate_columns` reads each client's model from the strategy as before and scores them in
+groups with :class:`StackedScorer`: a group's models stacked ``(G, P)`` (into one reused buffer), its clients'
+rows padded to the group's largest client ``(G, W)``, one ``torch.func`` ``vmap`` of ``functional_call`` of the
+shared network (as :mod:`flplat.engine.vectorized` trains), padded rows masked out of the sums. Clients are
+visited in order of their number of rows, so a group's clients have similar sizes, in windows of at most
+``federation.eval_group_size`` models held at once (0: as many as fit :data:`STACK_BYTES` of float32 weights, so
+10,000 personal models are never held together); within a window a vmap group holds at most
+``eval_batch_size`` rows (G·W), and a client with more rows than that is scored alone by the per-client loop (its
+per-client cost is already amortised). Several clients of a window whose model is the very same tensor object
+(the global model for clients without a personal one, CReFF's single model) are scored as a shared group instead
+of being stacked. Reading the K models is memory traffic any evaluation of personal models pays (P floats per
+client, also in the per-client loop); what the groups save is the per-client Python and call overhead.
 Where the network cannot be run this way — ``vmap`` fails on it (data-dependent control flow, an op without a
 batching rule) or its vmapped output disagrees with the module's own on a probe — every client is scored one by
 one and an INFO log line ``flplat: federation.batched_eval: scoring personal models one by one (<why>)`` says so,

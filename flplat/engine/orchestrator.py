@@ -53,6 +53,7 @@ class LocalExecutor:
         self.eval_group_size = eval_group_size  # federation.eval_group_size (personal models per vmap group)
         self._split_rows: dict[str, SplitRows] = {}
         self._scorer: StackedScorer | None = None
+        self._stack_buf: torch.Tensor | None = None  # stacked personal models of one vmap group, reused
         self._eval_fallback_logged = False
 
     def train(self, plans: Sequence[tuple[int, ClientPlan]], round: int,
@@ -182,7 +183,10 @@ class LocalExecutor:
                        sr: SplitRows, num_classes: int) -> EvalColumns:
         """One vmap group: model g on client g's rows, padded to the group's largest client and masked."""
         dev = self.trainer.fabric.device
-        stacked = torch.stack([w.to(dev, torch.float32) for w in weights])
+        buf = self._stack_buf
+        if buf is None or buf.shape[0] < len(weights) or buf.device != dev:  # reused: no fresh pages per group
+            buf = self._stack_buf = torch.empty(len(weights), self.trainer.layout.size, device=dev)
+        stacked = torch.stack([w.to(dev, torch.float32) for w in weights], out=buf[:len(weights)])
         sizes = sr.sizes[clients]
         width = int(sizes.max())
         col = np.arange(width)
