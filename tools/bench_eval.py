@@ -3,8 +3,9 @@
 For each K (``--clients``, default 1,200 and 10,000; FMNIST, IID partition, the issue's MLP 784-200-200-10) and
 each method (FedAvg; IFCA with ``--clusters`` clusters and every client assigned to a random cluster, so every
 cluster model is scored; Ditto with a personal model per client — every client's store row written with its own
-perturbed copy, so every client is scored with its own model; ``--personal-dtype`` float16 halves the store for
-K = 10,000), one process builds the federation once and then times, alternating within each repeat:
+perturbed copy, so every client is scored with its own model; the store is float16 above 2,000 clients
+(``--personal-dtype``): 10,000 copies of the MLP are 4 GB), one process builds the federation once and then
+times, alternating within each repeat:
 
 * ``lower bound`` — a hand-written pass: one model scores all the rows the evaluation scores (every client's test
   rows, plus the global test set for a method with a global model, as FedAvg), pre-gathered into one tensor, in
@@ -90,7 +91,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", default="1200,10000")
     ap.add_argument("--methods", default="fedavg,ifca,ditto")
-    ap.add_argument("--personal-dtype", default="float32", help="federation.client_state_dtype for Ditto")
+    ap.add_argument("--personal-dtype", default="auto",
+                    help="federation.client_state_dtype for Ditto (auto: float32 up to 2,000 clients, else float16)")
     ap.add_argument("--clusters", type=int, default=4)
     ap.add_argument("--hidden", default="200,200")
     ap.add_argument("--threads", type=int, default=1)
@@ -120,7 +122,8 @@ def main(argv=None) -> int:
             if method == "ifca":
                 over.append(f"algorithm.num_clusters={args.clusters}")
             if method == "ditto":
-                over.append(f"federation.client_state_dtype={args.personal_dtype}")
+                dtype = args.personal_dtype if args.personal_dtype != "auto" else "float32" if k <= 2000 else "float16"
+                over.append(f"federation.client_state_dtype={dtype}")
             cfg = load_config(None, over)
             p = prepare(cfg)
             ex = make_executor(p.trainer, p.data, 0)
