@@ -124,7 +124,7 @@ class FederationConfig:
     batched_eval: bool = True  # clients sharing a model (global / cluster) scored in one pass, personal models in
     #                            vmap groups (flplat/engine/batched_eval.py); false: every client one by one
     eval_group_size: int = 0  # max personal models per vmap evaluation group; 0: as many as fit eval_batch_size rows
-    #                           and 256 MiB of stacked weights
+    #                           and 128 MiB of stacked weights
     client_state_dtype: str = "float32"  # per-client state rows (personalised models): float32 | float16
     client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM); each
     #                                    run (each process) uses its own subdirectory run-<key>, removed at the end

@@ -22,8 +22,9 @@ groups with :class:`StackedScorer`: a group's models stacked ``(G, P)`` (into on
 rows padded to the group's largest client ``(G, W)``, one ``torch.func`` ``vmap`` of ``functional_call`` of the
 shared network (as :mod:`flplat.engine.vectorized` trains), padded rows masked out of the sums. Clients are
 visited in order of their number of rows, so a group's clients have similar sizes, in windows of at most
-``federation.eval_group_size`` models held at once (0: as many as fit :data:`STACK_BYTES` of float32 weights, so
-10,000 personal models are never held together); within a window a vmap group holds at most
+``federation.eval_group_size`` models held at once (0: as many as fit :data:`STACK_BYTES` = 128 MiB of float32
+weights, so 10,000 personal models are never held together; the window's models and the stacking buffer are
+released after the evaluation); within a window a vmap group holds at most
 ``eval_batch_size`` rows (G·W), and a client with more rows than that is scored alone by the per-client loop (its
 per-client cost is already amortised). Several clients of a window whose model is the very same tensor object
 (the global model for clients without a personal one, CReFF's single model) are scored as a shared group instead
@@ -55,7 +56,7 @@ import torch.nn.functional as F
 from flplat.algorithms.base import ClusteredStrategy, EvalResult, Strategy
 from flplat.engine.state import ServerState
 
-STACK_BYTES = 256 << 20  # stacked weights of one personal-model evaluation group when federation.eval_group_size=0
+STACK_BYTES = 128 << 20  # stacked weights of one personal-model evaluation group when federation.eval_group_size=0
 
 
 @dataclass

@@ -53,7 +53,7 @@ class LocalExecutor:
         self.eval_group_size = eval_group_size  # federation.eval_group_size (personal models per vmap group)
         self._split_rows: dict[str, SplitRows] = {}
         self._scorer: StackedScorer | None = None
-        self._stack_buf: torch.Tensor | None = None  # stacked personal models of one vmap group, reused
+        self._stack_buf: torch.Tensor | None = None  # stacked personal models of one vmap group (one evaluation)
         self._eval_fallback_logged = False
 
     def train(self, plans: Sequence[tuple[int, ClientPlan]], round: int,
@@ -176,6 +176,7 @@ class LocalExecutor:
                 parts.append((pos, self._score_stacked(scorer, [pairs[k][1] for k in alone[:m]], clients[pos], sr, c)))
                 alone = alone[m:]
             i = j
+        self._stack_buf = None  # reused across this evaluation's groups, not held between evaluations
         cols = EvalColumns.concat([p for _, p in parts], c)
         return cols.take(np.argsort(np.concatenate([q for q, _ in parts]), kind="stable")) if parts else cols
 
