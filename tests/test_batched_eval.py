@@ -214,3 +214,15 @@ def test_eval_group_size_is_validated():
 
     with pytest.raises(ConfigError, match="federation.eval_group_size"):
         load_config(None, tiny_overrides(**{"federation.eval_group_size": -1}))
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_16_bit_precision_keeps_the_vmap_path(precision):
+    """The probe's tolerance follows the logits' dtype: bfloat16 rounding differences between kernels are no reason
+    to score personal models one by one."""
+    from conftest import tiny_overrides
+
+    from flplat.experiment import load_config, prepare
+
+    p = prepare(load_config(None, tiny_overrides(**{"fabric.precision": precision})))
+    assert StackedScorer(p.trainer).reason() is None

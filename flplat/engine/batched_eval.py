@@ -34,7 +34,9 @@ Where the network cannot be run this way — ``vmap`` fails on it (data-dependen
 batching rule) or its vmapped output disagrees with the module's own on a probe — every client is scored one by
 one and an INFO log line ``flplat: federation.batched_eval: scoring personal models one by one (<why>)`` says so,
 once per executor. Batch norm in eval mode uses the running statistics held in each client's flat vector, so it
-is no reason to fall back.
+is no reason to fall back. Under ``bf16-mixed`` on CPU, autocast does not reach the vmapped matmuls (checked on
+torch 2.14): the personal models' logits are then computed in float32 where the per-client loop computes them in
+bfloat16, so the two paths agree to bfloat16 rounding (``federation.batched_eval=false`` gives the loop's).
 
 The counts (correct predictions, samples, per-class counts) are the per-client evaluation's; the summed losses
 agree to float rounding (float64 per-row sums here, float32 batch sums there). Logits of a row can differ in the
@@ -228,8 +230,11 @@ class StackedScorer:
                 want = tr.net(tr.x[rows])
         except Exception as e:  # noqa: BLE001 -- any failure means "score one by one"
             return f"vmap cannot run the model ({type(e).__name__}: {str(e).strip().splitlines()[0][:120]})"
-        if got.shape[1:] != want.shape or not torch.allclose(got.float(), want.float().expand_as(got), rtol=1e-3,
-                                                             atol=1e-4):
+        # 16-bit outputs (bf16-true, or autocast) differ by their rounding between kernels: tolerance by dtype
+        eps = max(torch.finfo(got.dtype).eps, torch.finfo(want.dtype).eps)
+        tol = max(1e-3, 8 * eps)
+        if got.shape[1:] != want.shape or not torch.allclose(got.float(), want.float().expand_as(got), rtol=tol,
+                                                             atol=tol):
             return "the vmapped model's output disagrees with the module's"
         return None
 
