@@ -121,7 +121,10 @@ class FederationConfig:
     eval_every: int = 1  # evaluate every client each n rounds (the last round always)
     accuracy_window: int = 30  # rounds per window of the windowed average accuracy (CAFA Table IV)
     eval_batch_size: int = 1024
-    batched_eval: bool = True  # clients sharing a model (global / cluster) scored in one pass; false: one by one
+    batched_eval: bool = True  # clients sharing a model (global / cluster) scored in one pass, personal models in
+    #                            vmap groups (flplat/engine/batched_eval.py); false: every client one by one
+    eval_group_size: int = 0  # max personal models per vmap evaluation group; 0: as many as fit eval_batch_size rows
+    #                           and 128 MiB of stacked weights
     client_state_dtype: str = "float32"  # per-client state rows (personalised models): float32 | float16
     client_state_dir: str | None = None  # keep per-client state in memory-mapped files here (None: in RAM); each
     #                                    run (each process) uses its own subdirectory run-<key>, removed at the end
@@ -365,6 +368,8 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_range(f.eval_batch_size >= 1, "federation.eval_batch_size", f.eval_batch_size, "an integer >= 1")
     check_range(f.vectorize_group >= 0, "federation.vectorize_group", f.vectorize_group,
                 "an integer >= 0 (0: no limit)")
+    check_range(f.eval_group_size >= 0, "federation.eval_group_size", f.eval_group_size,
+                "an integer >= 0 (0: automatic)")
     for k in ("dropout", "straggler", "corrupt"):
         check_range(0.0 <= f.failures[k] <= 1.0, f"federation.failures.{k}", f.failures[k], "a probability in [0, 1]")
     check_choice("federation.failures.straggler_policy", f.failures.straggler_policy, ("partial", "drop"))

@@ -2,7 +2,10 @@
 
 For each K (``--clients``, default 1,200 and 10,000; FMNIST, IID partition, the issue's MLP 784-200-200-10) and
 each method (FedAvg; IFCA with ``--clusters`` clusters and every client assigned to a random cluster, so every
-cluster model is scored), one process builds the federation once and then times, alternating within each repeat:
+cluster model is scored; Ditto with a personal model per client — every client's store row written with its own
+perturbed copy, so every client is scored with its own model; the store is float16 above 2,000 clients
+(``--personal-dtype``): 10,000 copies of the MLP are 4 GB), one process builds the federation once and then
+times, alternating within each repeat:
 
 * ``lower bound`` — a hand-written pass: one model scores all the rows the evaluation scores (every client's test
   rows, plus the global test set for a method with a global model, as FedAvg), pre-gathered into one tensor, in
@@ -10,13 +13,16 @@ cluster model is scored), one process builds the federation once and then times,
 * ``lower bound + gather`` — the same, but gathering the clients' rows from the pooled tensor per chunk
   (``x[test_rows[a:b]]``), as a script that keeps the pooled data would;
 * ``batched`` — the orchestrator's ``evaluate()`` with ``federation.batched_eval=true`` (what every round runs);
-* ``per client`` — the same with ``federation.batched_eval=false`` (scoring clients one by one, as before).
+* ``per client`` — the same with ``federation.batched_eval=false`` (scoring clients one by one, as before);
+* for Ditto also ``read models`` — reading every client's model from the store and stacking them in the
+  evaluation's groups, without any forward pass: memory traffic that any evaluation of K personal models pays.
 
 Reported: medians over ``--repeats`` of seconds per evaluation and the ratios to the lower bound (target
 batched ≤ 1.5×), and that the two evaluations give the same per-client counts.
 
-    python tools/bench_eval.py                                  # K = 1,200 and 10,000, FedAvg and IFCA
+    python tools/bench_eval.py                                  # K = 1,200 and 10,000, FedAvg, IFCA, Ditto
     python tools/bench_eval.py --clients 1200 --repeats 5
+    python tools/bench_eval.py --clients 10000 --methods ditto --personal-dtype float16
 """
 
 from __future__ import annotations
@@ -64,6 +70,18 @@ def lower_bound_gather(tr, rows, weights, x_glob, y_glob) -> int:
     return hits
 
 
+def read_models(orch, ex) -> None:
+    """Every client's evaluation model read and stacked in the evaluation's group sizes (no forward pass)."""
+    import torch
+
+    k = orch.data.num_clients
+    most = min(ex._scorer.max_models() if ex._scorer is not None else k, k)
+    buf = torch.empty(most, orch.state.weights.numel())  # reused, as the evaluation's stacking buffer
+    for a in range(0, k, most):
+        b = min(a + most, k)
+        torch.stack([orch.strategy.eval_weights(orch.state, c) for c in range(a, b)], out=buf[:b - a])
+
+
 def evaluate(orch, batched: bool) -> dict:
     orch.batched_eval = batched
     return orch.evaluate()
@@ -72,7 +90,9 @@ def evaluate(orch, batched: bool) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", default="1200,10000")
-    ap.add_argument("--methods", default="fedavg,ifca")
+    ap.add_argument("--methods", default="fedavg,ifca,ditto")
+    ap.add_argument("--personal-dtype", default="auto",
+                    help="federation.client_state_dtype for Ditto (auto: float32 up to 2,000 clients, else float16)")
     ap.add_argument("--clusters", type=int, default=4)
     ap.add_argument("--hidden", default="200,200")
     ap.add_argument("--threads", type=int, default=1)
@@ -101,21 +121,27 @@ def main(argv=None) -> int:
                     "fabric.accelerator=cpu", f"fabric.num_threads={args.threads}"]
             if method == "ifca":
                 over.append(f"algorithm.num_clusters={args.clusters}")
+            if method == "ditto":
+                dtype = args.personal_dtype if args.personal_dtype != "auto" else "float32" if k <= 2000 else "float16"
+                over.append(f"federation.client_state_dtype={dtype}")
             cfg = load_config(None, over)
             p = prepare(cfg)
             ex = make_executor(p.trainer, p.data, 0)
             orch = Orchestrator(p.strategy, ex, p.data, 1, 1, 0, [])
-            if method == "ifca":  # a trained-looking state without training: perturbed cluster models, random clusters
-                from flplat.engine.state import ServerState
+            from flplat.engine.state import ServerState
 
-                g = torch.Generator().manual_seed(1)
+            g = torch.Generator().manual_seed(1)
+            if method == "ifca":  # a trained-looking state without training: perturbed cluster models, random clusters
                 clusters = p.init_weights + 0.01 * torch.randn(args.clusters, p.init_weights.numel(), generator=g)
                 rng = np.random.default_rng(derive_seed(0, "bench"))
                 orch.state = ServerState(weights=p.init_weights.clone(), clusters=clusters,
                                          assignment=rng.integers(0, args.clusters, size=k))
+            elif method == "ditto":  # every client holds its own (perturbed) personal model
+                orch.state = p.strategy.init_state(p.init_weights, np.random.default_rng(0), ex)
+                noise = torch.empty(p.init_weights.numel())
+                for c in range(k):
+                    orch.state.personal.set(c, p.init_weights + 0.01 * noise.normal_(generator=g))
             else:
-                from flplat.engine.state import ServerState
-
                 orch.state = ServerState(weights=p.init_weights.clone())
             tr = p.trainer
             rows = torch.as_tensor(np.concatenate([c.test for c in p.data.clients]), dtype=torch.long)
@@ -127,16 +153,21 @@ def main(argv=None) -> int:
                 y_all = torch.cat([y_all, p.data.y_global_test])
 
             per_client_too = k <= args.skip_per_client_above
-            lower_bound(tr, x_all, y_all, orch.state.weights), evaluate(orch, True)  # warm-up
-            times = {"lb": [], "lbg": [], "b": [], "p": []}
+            one = orch.state.weights
+            lower_bound(tr, x_all, y_all, one), evaluate(orch, True)  # warm-up
+            times = {"lb": [], "lbg": [], "b": [], "p": [], "read": []}
             equal = True
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                lower_bound(tr, x_all, y_all, orch.state.weights)
+                lower_bound(tr, x_all, y_all, one)
                 times["lb"].append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                lower_bound_gather(tr, rows, orch.state.weights, x_glob, y_glob)
+                lower_bound_gather(tr, rows, one, x_glob, y_glob)
                 times["lbg"].append(time.perf_counter() - t0)
+                if method == "ditto":
+                    t0 = time.perf_counter()
+                    read_models(orch, ex)
+                    times["read"].append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 evaluate(orch, True)
                 tb = dict(orch.client_table)
@@ -153,6 +184,9 @@ def main(argv=None) -> int:
                   f"{str(equal) if per_client_too else '-':>13}  {os.getloadavg()[0]:.2f}", flush=True)
             verdict = "PASS" if med["b"] / med["lb"] <= TARGET else "FAIL"
             print(f"{'':>6} batched / lower bound {med['b'] / med['lb']:.2f} (target <= {TARGET}: {verdict})")
+            if times["read"]:
+                print(f"{'':>6} reading the {k} personal models alone: {med['read']:.4f} s; batched / (lower bound + "
+                      f"read) {med['b'] / (med['lb'] + med['read']):.2f}")
     return 0
 
 

@@ -17,7 +17,15 @@ import torch
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, Strategy
 from flplat.data.containers import FederatedData
-from flplat.engine.batched_eval import EvalColumns, evaluate_shared, shared_model_groups
+from flplat.engine.batched_eval import (
+    EvalColumns,
+    SplitRows,
+    StackedScorer,
+    columns_from_rows,
+    evaluate_shared,
+    log_fallback,
+    shared_model_groups,
+)
 from flplat.engine.client import ClientTrainer
 from flplat.engine.failures import Diverged, reject_nonfinite
 from flplat.engine.state import ServerState, derive_seed
@@ -34,7 +42,7 @@ class LocalExecutor:
     """
 
     def __init__(self, trainer: ClientTrainer, data: FederatedData, seed: int, vectorize: bool = False,
-                 vectorize_group: int = 0):
+                 vectorize_group: int = 0, eval_group_size: int = 0):
         from flplat.engine.vectorized import VectorizedTrainer
 
         self.trainer = trainer
@@ -42,6 +50,11 @@ class LocalExecutor:
         self.seed = seed
         self.vectorized = VectorizedTrainer(trainer, vectorize_group) if vectorize else None
         self._fallback_logged = False
+        self.eval_group_size = eval_group_size  # federation.eval_group_size (personal models per vmap group)
+        self._split_rows: dict[str, SplitRows] = {}
+        self._scorer: StackedScorer | None = None
+        self._stack_buf: torch.Tensor | None = None  # stacked personal models of one vmap group (one evaluation)
+        self._eval_fallback_logged = False
 
     def train(self, plans: Sequence[tuple[int, ClientPlan]], round: int,
               groups: Sequence[int] | None = None) -> list[ClientResult]:
@@ -68,6 +81,10 @@ class LocalExecutor:
         return out
 
     def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
+        return self._evaluate_local(requests, split)
+
+    def _evaluate_local(self, requests: Sequence[tuple[int, torch.Tensor]], split: str) -> list[EvalResult]:
+        """The per-client loop, in this process (never the sharded override)."""
         out, loaded = [], None
         for client, weights in requests:
             out.append(self.trainer.evaluate(client, None if weights is loaded else weights,
@@ -75,13 +92,113 @@ class LocalExecutor:
             loaded = weights
         return out
 
+    def split_rows(self, split: str) -> SplitRows:
+        """Every client's ``split`` rows as one index array (built once per split)."""
+        sr = self._split_rows.get(split)
+        if sr is None:
+            sr = self._split_rows[split] = SplitRows(self.data, split)
+        return sr
+
     def evaluate_groups(self, groups: Sequence[tuple[torch.Tensor, Sequence[int]]], split: str = "test"
                         ) -> EvalColumns:
         """Score each group's clients with the group's model in one pass (see :mod:`flplat.engine.batched_eval`);
         one row per client, in the order of the groups' clients."""
-        index = self.data.indices
-        return EvalColumns.concat([self.trainer.evaluate_many(weights, clients, [index(c, split) for c in clients])
-                                   for weights, clients in groups if len(clients)])
+        return self._score_groups(groups, split)
+
+    def _score_groups(self, groups, split: str) -> EvalColumns:
+        """All groups' rows gathered at once, one chunked pass per group's model into one per-row buffer, then
+        the per-client sums of every group together (in this process)."""
+        tr, sr = self.trainer, self.split_rows(split)
+        clients = [np.asarray(c, dtype=np.int64).reshape(-1) for _, c in groups]
+        every = np.concatenate(clients) if clients else np.zeros(0, dtype=np.int64)
+        rows, owner = sr.gather(every)
+        dev = tr.fabric.device
+        rows_t = torch.from_numpy(rows).to(dev)
+        loss = torch.empty(len(rows), device=dev)
+        hit = torch.empty(len(rows), dtype=torch.bool, device=dev)
+        a = 0
+        for (weights, _), cl in zip(groups, clients):
+            b = a + int(sr.sizes[cl].sum())
+            if b > a:
+                tr.score_rows(weights, rows_t[a:b], loss[a:b], hit[a:b])
+            a = b
+        return columns_from_rows(every, sr.sizes[every], torch.from_numpy(owner).to(dev), loss, hit,
+                                 tr.y.index_select(0, rows_t), tr.num_outputs)
+
+    def evaluate_columns(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "test") -> EvalColumns:
+        """Score every ``(client, weights)`` request (personal models; one row per request, in request order) in
+        ``vmap`` groups where the model allows, else one by one, logged once (see
+        :mod:`flplat.engine.batched_eval`)."""
+        return self._evaluate_columns_local(requests, split)
+
+    def _evaluate_columns_local(self, requests, split: str) -> EvalColumns:
+        tr = self.trainer
+        if self._scorer is None:
+            self._scorer = StackedScorer(tr, self.eval_group_size)
+        scorer = self._scorer
+        reason = scorer.reason()
+        if reason is not None:
+            if not self._eval_fallback_logged:
+                log_fallback(reason)
+                self._eval_fallback_logged = True
+            return EvalColumns.from_results(self._evaluate_local(requests, split))
+        clients = request_clients(requests)
+        sr, c = self.split_rows(split), tr.num_outputs
+        sizes = sr.sizes[clients]
+        order = np.argsort(sizes, kind="stable")  # similar sizes share a group: little padding
+        budget, most = tr.eval_batch_size, scorer.max_models()
+        parts: list[tuple[np.ndarray, EvalColumns]] = []
+        i = int(np.searchsorted(sizes[order], 1))  # clients without rows: nothing to score
+        if i:
+            z = np.zeros(i, dtype=np.int64)
+            parts.append((order[:i], EvalColumns(clients[order[:i]], z.astype(np.float64), z, z,
+                                                 np.zeros((i, c), np.int64), np.zeros((i, c), np.int64))))
+        while i < len(order):
+            if sizes[order[i]] > budget:  # the rest has more rows than a chunk: one chunked pass each
+                rest = order[i:]
+                parts.append((rest, EvalColumns.from_results(self._evaluate_local(subset(requests, rest), split))))
+                break
+            j = i + int(np.searchsorted(sizes[order[i:i + most]], budget, side="right"))
+            window = order[i:j]  # at most `most` models held at once
+            pairs = [requests[int(p)] for p in window]
+            same: dict[int, list[int]] = {}
+            for k, (_, w) in enumerate(pairs):
+                same.setdefault(id(w), []).append(k)
+            shared = [ks for ks in same.values() if len(ks) > 1]  # one tensor for several clients: one pass
+            if shared:
+                cols = self._score_groups([(pairs[ks[0]][1], clients[window[ks]]) for ks in shared], split)
+                parts.append((np.concatenate([window[ks] for ks in shared]), cols))
+            alone = np.array(sorted(ks[0] for ks in same.values() if len(ks) == 1), dtype=np.int64)
+            while len(alone):  # vmap groups of at most eval_batch_size rows (k·s_k grows with k: a prefix fits)
+                s = sizes[window[alone]]
+                m = max(1, int((np.arange(1, len(s) + 1) * s <= budget).sum()))
+                pos = window[alone[:m]]
+                parts.append((pos, self._score_stacked(scorer, [pairs[k][1] for k in alone[:m]], clients[pos], sr, c)))
+                alone = alone[m:]
+            i = j
+        self._stack_buf = None  # reused across this evaluation's groups, not held between evaluations
+        cols = EvalColumns.concat([p for _, p in parts], c)
+        return cols.take(np.argsort(np.concatenate([q for q, _ in parts]), kind="stable")) if parts else cols
+
+    def _score_stacked(self, scorer: StackedScorer, weights: list[torch.Tensor], clients: np.ndarray,
+                       sr: SplitRows, num_classes: int) -> EvalColumns:
+        """One vmap group: model g on client g's rows, padded to the group's largest client and masked."""
+        dev = self.trainer.fabric.device
+        buf = self._stack_buf
+        if buf is None or buf.shape[0] < len(weights) or buf.device != dev:  # reused: no fresh pages per group
+            buf = self._stack_buf = torch.empty(len(weights), self.trainer.layout.size, device=dev)
+        stacked = torch.stack([w.to(dev, torch.float32) for w in weights], out=buf[:len(weights)])
+        sizes = sr.sizes[clients]
+        width = int(sizes.max())
+        col = np.arange(width)
+        pos = sr.offsets[clients][:, None] + np.minimum(col, sizes[:, None] - 1)  # padding repeats a real row
+        idx = torch.from_numpy(sr.rows[pos]).to(dev)
+        valid = torch.from_numpy((col < sizes[:, None]).reshape(-1)).to(dev)
+        loss, hit = scorer.score(stacked, idx)
+        owner = torch.arange(len(clients), device=dev).repeat_interleave(width)[valid]
+        labels = self.trainer.y.index_select(0, idx.reshape(-1))[valid]
+        return columns_from_rows(clients, sizes, owner, loss.reshape(-1)[valid], hit.reshape(-1)[valid], labels,
+                                 num_classes)
 
     def compute(self, requests: Sequence[tuple[int, torch.Tensor | None]], fn, split: str = "train",
                 seed: int = 0) -> list:
@@ -113,6 +230,22 @@ class LazyRequests(Sequence):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         return self.clients[i], self._weights(self.clients[i])
+
+    def subset(self, positions: Sequence[int]) -> LazyRequests:
+        return LazyRequests([self.clients[int(i)] for i in positions], self._weights)
+
+
+def request_clients(requests) -> np.ndarray:
+    """The client ids of ``(client, weights)`` requests, without reading weights of :class:`LazyRequests`."""
+    ids = requests.clients if isinstance(requests, LazyRequests) else [c for c, _ in requests]
+    return np.asarray(ids, dtype=np.int64).reshape(-1)
+
+
+def subset(requests, positions: Sequence[int]):
+    """The requests at ``positions`` (lazily for :class:`LazyRequests`)."""
+    if isinstance(requests, LazyRequests):
+        return requests.subset(positions)
+    return [requests[int(i)] for i in positions]
 
 
 def _softmax_and_labels(view) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,6 +311,7 @@ class Orchestrator:
         self.start_round = 1  # > 1 when resumed from a checkpoint (flplat.engine.checkpoint)
         self.completed_round = 0  # last round whose server state is complete (0: none; None: inside a round)
         self.failures = None  # a flplat.engine.failures.FailureModel (federation.failures), or None
+        self._counts: dict[str, np.ndarray] = {}  # per-client train counts, computed once (_train_counts)
 
     def _bytes(self, t: torch.Tensor | None) -> int:
         return 0 if t is None else t.numel() * t.element_size()
@@ -325,6 +459,12 @@ class Orchestrator:
         return [float((probs[q].argmax(1) == labels[q]).double().mean()) if len(labels[q]) else float("nan")
                 for q in ids]
 
+    def _train_counts(self, what: str) -> np.ndarray:
+        """``data.label_counts("train")`` / ``data.num_samples("train")``, computed once (the partition is fixed)."""
+        if what not in self._counts:
+            self._counts[what] = getattr(self.data, what)("train")
+        return self._counts[what]
+
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """Score every client on its ``split`` with the model it would use; on ``test`` also the pooled global
         test set (single-model methods) and the per-client table."""
@@ -333,14 +473,17 @@ class Orchestrator:
             res = evaluate_shared(self.executor, groups, split, self.data.num_clients)
         else:
             requests = LazyRequests(range(self.data.num_clients), lambda k: self.strategy.eval_weights(self.state, k))
-            res = EvalColumns.from_results(self.executor.evaluate(requests, split))
+            if self.batched_eval:  # personal models: vmap groups where the model allows
+                res = self.executor.evaluate_columns(requests, split)
+            else:
+                res = EvalColumns.from_results(self.executor.evaluate(requests, split))
         correct, n, loss = (a.astype(float) for a in (res.correct, res.num_samples, res.loss_sum))
         out = summarize(correct, n)
         out["test_loss"] = float(loss.sum() / max(n.sum(), 1.0))
         c = self.data.num_classes
         if len(res) and res.class_total.shape[1] == c:  # Few/Medium/Many accuracy (DA-PFL Table IV)
-            buckets = bucket_accuracy(res.class_correct, res.class_total,
-                                      self.data.label_counts("train"), list(self.metrics_cfg.class_bucket_edges))
+            buckets = bucket_accuracy(res.class_correct, res.class_total, self._train_counts("label_counts"),
+                                      list(self.metrics_cfg.class_bucket_edges))
             out.update({k: v for k, v in buckets.items() if np.isfinite(v)})  # an empty bucket: no metric
         if split != "test":
             return {k: float(v) for k, v in out.items()}
@@ -351,7 +494,7 @@ class Orchestrator:
                 out["global_test_accuracy"] = g.accuracy
         self.client_table = {
             "client": np.arange(self.data.num_clients),
-            "num_train": self.data.num_samples("train"),
+            "num_train": self._train_counts("num_samples").copy(),
             "num_test": n.astype(np.int64),
             "correct": correct.astype(np.int64),
             "accuracy": np.divide(correct, n, out=np.full_like(n, np.nan), where=n > 0),

@@ -21,12 +21,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult
 from flplat.engine.batched_eval import EvalColumns
-from flplat.engine.orchestrator import LocalExecutor
+from flplat.engine.orchestrator import LocalExecutor, request_clients, subset
 
 
 def balance(sizes: Sequence[int], ranks: int) -> list[list[int]]:
@@ -107,15 +108,33 @@ class ShardedExecutor(LocalExecutor):
     def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
         return self._scatter_gather(requests, split, lambda mine: super(ShardedExecutor, self).evaluate(mine, split))
 
+    def _share(self, sizes: np.ndarray) -> np.ndarray:
+        """Positions of this process's share of evaluation work: consecutive items cut where the running total of
+        ``sizes`` (rows) crosses each process's equal share (vectorised; evaluation needs no finer balance)."""
+        world, rank = self.fabric.world_size, self.fabric.global_rank
+        total = np.cumsum(sizes)
+        mid = (total - np.asarray(sizes) / 2) * world / max(float(total[-1]) if len(total) else 0.0, 1.0)
+        return np.flatnonzero(np.minimum(mid.astype(np.int64), world - 1) == rank)
+
     def evaluate_groups(self, groups, split: str = "test"):
-        """Batched evaluation of shared models: the groups' clients balanced over the processes by test size (one
+        """Batched evaluation of shared models: the groups' clients split over the processes by test rows (one
         object gather for all groups)."""
-        pairs = [(g, c) for g, (_, clients) in enumerate(groups) for c in clients]
-        sizes = [len(self.data.indices(c, split)) for _, c in pairs]
-        mine = balance(sizes, self.fabric.world_size)[self.fabric.global_rank]
-        sub = [(w, [pairs[i][1] for i in mine if pairs[i][0] == g]) for g, (w, _) in enumerate(groups)]
-        local = super().evaluate_groups(sub, split)
+        clients = [np.asarray(c, dtype=np.int64).reshape(-1) for _, c in groups]
+        every = np.concatenate(clients) if clients else np.zeros(0, dtype=np.int64)
+        group = np.repeat(np.arange(len(groups)), [len(c) for c in clients])
+        mine = self._share(self.split_rows(split).sizes[every])
+        sub = [(w, every[mine[group[mine] == g]]) for g, (w, _) in enumerate(groups)]
+        local = self._score_groups(sub, split)
         return EvalColumns.concat(self._gather_objects(local))  # one object per process, not per client
+
+    def evaluate_columns(self, requests, split: str = "test"):
+        """Personal models: this process scores its share of the requests (vmap groups where the model allows);
+        one object gather; rows in request order."""
+        mine = self._share(self.split_rows(split).sizes[request_clients(requests)])
+        local = self._evaluate_columns_local(subset(requests, mine), split)
+        parts = self._gather_objects((mine, local))
+        cols = EvalColumns.concat([p for _, p in parts], self.trainer.num_outputs)
+        return cols.take(np.argsort(np.concatenate([q for q, _ in parts]), kind="stable"))
 
     def evaluate_global(self, weights: torch.Tensor) -> EvalResult | None:
         """The pooled global test set scored in equal row shares per process, the counts summed with one
@@ -183,7 +202,8 @@ def default_threads(world_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(world_size, 1))
 
 
-def make_executor(trainer, data, seed: int, vectorize: bool = False, vectorize_group: int = 0) -> LocalExecutor:
+def make_executor(trainer, data, seed: int, vectorize: bool = False, vectorize_group: int = 0,
+                  eval_group_size: int = 0) -> LocalExecutor:
     cls = ShardedExecutor if trainer.fabric.world_size > 1 else LocalExecutor
-    return cls(trainer, data, seed, vectorize, vectorize_group)
+    return cls(trainer, data, seed, vectorize, vectorize_group, eval_group_size)
 
