@@ -50,18 +50,20 @@ def test_batched_evaluation_gives_the_per_client_metrics(tiny_cfg, extra, monkey
         assert calls["one"] == 0 and calls["many"] == 3  # one pass per round (the single model)
     else:
         assert calls["one"] == 0 and calls["many"] >= 3  # one pass per cluster that has clients
+    _same_metrics(batched, per_client)
+
+
+def _same_metrics(batched, per_client):
+    """Per-client counts equal, losses within float tolerance, every logged metric the same (accuracies, fairness,
+    per-class buckets, cluster accuracies) except the round time."""
     for key in ("client", "num_train", "num_test", "correct"):
         np.testing.assert_array_equal(batched.client_table[key], per_client.client_table[key])
     np.testing.assert_allclose(batched.client_table["test_loss"], per_client.client_table["test_loss"], rtol=1e-5)
     for h_b, h_p in zip(batched.history, per_client.history):
         assert set(h_b) == set(h_p)
         for k in h_b:
-            if k == "round_time_s":
-                continue
-            if "loss" in k:
-                assert h_b[k] == pytest.approx(h_p[k], rel=1e-5), k
-            else:
-                assert h_b[k] == h_p[k], k  # accuracies, fairness, per-class buckets, cluster accuracies
+            if k != "round_time_s":
+                assert h_b[k] == (pytest.approx(h_p[k], rel=1e-5) if "loss" in k else h_p[k]), k
 
 
 def test_shared_model_groups_follow_the_strategy_structure():
@@ -113,14 +115,7 @@ def test_personal_models_in_vmap_groups_give_the_per_client_metrics(tiny_cfg, na
     assert calls.get("score", 0) == 0
     batched = _run(tiny_cfg, True, **{"algorithm.name": name})
     assert calls["score"] >= 3  # the vectorised path ran (at least one group per evaluation)
-    for key in ("client", "num_train", "num_test", "correct"):
-        np.testing.assert_array_equal(batched.client_table[key], per_client.client_table[key])
-    np.testing.assert_allclose(batched.client_table["test_loss"], per_client.client_table["test_loss"], rtol=1e-5)
-    for h_b, h_p in zip(batched.history, per_client.history):
-        assert set(h_b) == set(h_p)
-        for k in h_b:
-            if k != "round_time_s":
-                assert h_b[k] == (pytest.approx(h_p[k], rel=1e-5) if "loss" in k else h_p[k]), k
+    _same_metrics(batched, per_client)
 
 
 def _personal_requests(p, num_clients):
