@@ -140,6 +140,8 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run (last)")
     rp.add_argument("--baseline-seeds", type=int, default=None, metavar="N",
                     help="methods other than the reference (FedAvg) and the paper's own run only the first N seeds")
+    rp.add_argument("--render-only", action="store_true",
+                    help="train nothing: render the tables from the runs already finished (the others: not run)")
     rp.add_argument("--results", default=None, metavar="MD",
                     help="write each table into this markdown document (e.g. docs/results.md), replacing its block "
                          "there, with the command and the run time under it")
@@ -470,7 +472,8 @@ def cmd_runs(args) -> int:
 
 
 def _reproduce_command(args) -> str:
-    """The `flplat reproduce` command line that ``args`` stand for (shown under each table of --results)."""
+    """The `flplat reproduce` command line that ``args`` stand for (shown under each table of --results): the one
+    that trains the table's runs, so ``--render-only`` and ``--results`` are left out."""
     import shlex
 
     words = ["flplat", "reproduce", args.paper, *args.tables, "--scale", args.scale]
@@ -506,7 +509,8 @@ def cmd_reproduce(args) -> int:
         except ValueError:
             raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
     print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells), args.jobs,
-                    args.store_dir, args.set, args.out, args.results, _reproduce_command(args), args.baseline_seeds))
+                    args.store_dir, args.set, args.out, args.results, _reproduce_command(args), args.baseline_seeds,
+                    args.render_only))
     return 0
 
 

@@ -354,6 +354,11 @@ def test_finished_runs_of_an_earlier_flplat_are_reused_when_compatible(tmp_path,
     err = capsys.readouterr().err
     assert f"finished run {child.info.run_id} of an earlier flplat stands for it" in err
     assert len(_runs(store)[1]) == 2  # nothing trained again
+    # --render-only trains nothing: a new seed's runs are shown as not run
+    assert main([*args, "--seeds", "0,1", "--render-only"]) == 0
+    out = capsys.readouterr()
+    assert "1 of 2 runs not finished, shown as not run (--render-only)" in out.err
+    assert "(1) |" in out.out and len(_runs(store)[1]) == 2
     # a job whose params differ is not matched: it trains
     client.set_tag(child.info.run_id, "flplat.reproduce.key", "made-by-an-older-flplat")
     assert main([*args, "--set", "federation.local_epochs=2"]) == 0

@@ -472,8 +472,10 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: str, n_jobs: int) -> dict[str, tuple]:
-    """Run the jobs not finished yet; returns (run id, metrics) by config hash for every job (run now or before)."""
+def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: str, n_jobs: int,
+             render_only: bool = False) -> dict[str, tuple]:
+    """Run the jobs not finished yet; returns (run id, metrics) by config hash for every job (run now or before).
+    ``render_only``: run nothing; the jobs not finished are left out (the table shows them as not run)."""
     done = store.finished(paper)
     todo, seen = [], set()
     for j in jobs:
@@ -485,6 +487,11 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
     prog = Progress(total, total - len(todo))
     if len(todo) < total:
         print(f"{table.id}: {total - len(todo)} of {total} runs already finished, skipped", file=sys.stderr)
+    if render_only:
+        if todo:
+            print(f"{table.id}: {len(todo)} of {total} runs not finished, shown as not run (--render-only)",
+                  file=sys.stderr)
+        return done
 
     def finish(job: Job, res) -> None:
         key, metrics, run_id, secs = res
@@ -514,7 +521,8 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
 def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", seeds: Sequence[int] | None = None,
               methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, n_jobs: int = 1,
               store_dir: str = "mlruns", overrides: Sequence[str] = (), out_dir: str | None = None,
-              results: str | None = None, command: str = "", baseline_seeds: int | None = None) -> str:
+              results: str | None = None, command: str = "", baseline_seeds: int | None = None,
+              render_only: bool = False) -> str:
     """Run (or continue) the paper's tables and return their markdown (also logged to each table's parent run and,
     with ``out_dir``, written there with the figures; with ``results``, each table's block in that document is
     replaced, see :mod:`flplat.studies.results_doc`, with ``command`` as the line that made it)."""
@@ -554,7 +562,7 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
             ours: dict[tuple[str, str], list[float]] = {}
             run_ids: dict[tuple[str, str], list[str]] = {}
             if t.kind == "train":
-                metrics = run_grid(paper, t, jobs, store, parent, n_jobs)
+                metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only)
                 row_metric = {m.name: m.metric for m in t.methods}
                 col_metric = {c.id: c.metric for c in t.cells}
                 for j in jobs:
