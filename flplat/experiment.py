@@ -63,9 +63,10 @@ def build_fabric(fcfg):
         raise ConfigError(f"fabric.devices={devices!r} is out of range; allowed: an integer >= 1, a list or 'auto'")
     multi = is_multi_process(fcfg)
     if multi:
-        from flplat.engine.sharding import loopback_rendezvous
+        from flplat.engine.sharding import close_process_group_at_exit, loopback_rendezvous
 
         loopback_rendezvous()
+        close_process_group_at_exit()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

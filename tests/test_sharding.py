@@ -151,3 +151,20 @@ def test_flplat_run_with_two_devices_starts_both_processes_early_and_matches_one
         torch.set_num_threads(threads)
     assert f"global_accuracy={one.metrics['global_accuracy']:.4f}" in res.stdout
     assert res.stdout.count("global_accuracy=") == 1  # only rank 0 reports
+
+
+def test_process_group_is_destroyed_at_exit(tmp_path):
+    """A sharded process destroys its process group in an atexit handler (before the interpreter's teardown, where
+    gloo's destructor aborted a rank of a two-node run)."""
+    code = f"""
+import atexit, torch.distributed as dist
+atexit.register(lambda: print("initialized at the end:", dist.is_initialized(), flush=True))  # runs last (LIFO)
+dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1)
+from flplat.engine.sharding import close_process_group_at_exit
+close_process_group_at_exit()
+close_process_group_at_exit()  # once per process
+print("initialized:", dist.is_initialized(), flush=True)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:2] == ["initialized: True", "initialized at the end: False"]

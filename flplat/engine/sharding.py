@@ -192,6 +192,30 @@ def loopback_rendezvous() -> bool:
     return True
 
 
+_CLOSE_REGISTERED = False
+
+
+def close_process_group_at_exit() -> None:
+    """Destroy the process group in an ``atexit`` handler, while the interpreter is whole. Left to the
+    interpreter's teardown, gloo's process group is destructed with its threads still attached, which aborted a
+    rank of a two-node torchrun run after its work was done ("terminate called without an active exception",
+    SIGABRT; the other node then waited 300 s on torchrun's exit barrier). One handler per process; it runs on a
+    normal exit and in :func:`flplat.cli.exit_now`."""
+    global _CLOSE_REGISTERED
+    if _CLOSE_REGISTERED:
+        return
+    import atexit
+
+    def close():
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+    atexit.register(close)
+    _CLOSE_REGISTERED = True
+
+
 def is_main_process() -> bool:
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
