@@ -364,3 +364,11 @@ def test_finished_runs_of_an_earlier_flplat_are_reused_when_compatible(tmp_path,
     assert main([*args, "--set", "federation.local_epochs=2"]) == 0
     assert "stands for it" not in capsys.readouterr().err
     assert len(_runs(store)[1]) == 3
+
+
+def test_a_figure_with_nothing_to_draw_is_skipped(tmp_path, capsys):
+    """Clust-PSI-PFL's Fig. 5 is drawn from Clust-PSI-PFL's runs: a table rendered without them has no figure."""
+    assert main(["reproduce", "clust-psi-pfl", "table3", "--scale", "smoke", "--cells", "dirichlet_50", "--methods",
+                 "FedAvg", "--store-dir", str(tmp_path / "store"), "--out", str(tmp_path / "out")]) == 0
+    assert "table3: no figure (nothing to draw from the runs finished so far)" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "clust-psi-pfl_table3.png").exists()

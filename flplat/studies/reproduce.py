@@ -601,8 +601,12 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                 with tempfile.TemporaryDirectory() as tmp:
                     png = str(Path(out_dir or tmp) / f"{paper}_{t.id}.png")
                     Path(png).parent.mkdir(parents=True, exist_ok=True)
+                    Path(png).unlink(missing_ok=True)  # never log an earlier command's figure
                     t.figure(FigureContext(ours, scale, png, store.client, run_ids))
-                    store.client.log_artifact(parent, png, "reproduce")
+                    if Path(png).is_file():
+                        store.client.log_artifact(parent, png, "reproduce")
+                    else:  # e.g. Fig. 5 before any Clust-PSI-PFL run has finished
+                        print(f"{t.id}: no figure (nothing to draw from the runs finished so far)", file=sys.stderr)
             if out_dir:
                 Path(out_dir).mkdir(parents=True, exist_ok=True)
                 (Path(out_dir) / f"{paper}_{t.id}.md").write_text(text)
