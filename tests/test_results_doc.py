@@ -54,6 +54,8 @@ def test_update_results_writes_file_and_footer(tmp_path):
     path = tmp_path / "results.md"
     line = timing_line("flplat reproduce cafa table2", 3, 3_600.0, 12.0)
     assert "3 runs, 60.0 min of run time" in line and "12 s wall" in line
+    assert timing_line("c", 3, 60.0, None).endswith("60 s of run time summed over the runs (MLflow start → end); "
+                                                     "rendered from the store with --render-only.*")
     update_results(path, "cafa", "table2", "reduced", "#### Table\n", line)
     update_results(path, "cafa", "table2", "reduced", "#### Table v2\n", line)
     text = path.read_text()

@@ -616,7 +616,7 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                 n_runs, run_s = run_seconds(store.client, [r for ids in run_ids.values() for r in ids])
                 update_results(results, paper, t.id, scale, text,
                                timing_line(command or f"flplat reproduce {paper} {t.id} --scale {scale}", n_runs,
-                                           run_s, time.perf_counter() - t_start))
+                                           run_s, None if render_only else time.perf_counter() - t_start))
             texts.append(text)
             status = "FINISHED"
         except KeyboardInterrupt:

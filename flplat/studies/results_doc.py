@@ -58,16 +58,18 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def timing_line(command: str, runs: int, run_s: float, wall_s: float) -> str:
-    """The line under a table: how it was made and what it cost."""
+def timing_line(command: str, runs: int, run_s: float, wall_s: float | None) -> str:
+    """The line under a table: how it was made and what it cost (``wall_s`` None: rendered from the store by
+    ``--render-only``, so this command's own time says nothing)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = ""
     if hasattr(os, "getloadavg"):
         load = f", load average {os.getloadavg()[0]:.1f} at the end"
     cost = (f"{runs} runs, {_minutes(run_s)} of run time summed over the runs (MLflow start → end)" if runs
             else "no training runs")
-    return (f"*Made by* `{command}` *on {time.strftime('%Y-%m-%d')}: {cost}; this command "
-            f"{_minutes(wall_s)} wall on {cores} CPU cores{load}.*")
+    this = ("rendered from the store with --render-only" if wall_s is None
+            else f"this command {_minutes(wall_s)} wall on {cores} CPU cores{load}")
+    return f"*Made by* `{command}` *on {time.strftime('%Y-%m-%d')}: {cost}; {this}.*"
 
 
 def update_results(path: str | os.PathLike, paper: str, table: str, scale: str, text: str, footer: str) -> None:
