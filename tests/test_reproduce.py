@@ -161,6 +161,11 @@ def test_cli_smoke_table_end_to_end(tmp_path, capsys):
     assert "| digits_k20_low | DA-PFL | 74.43 |" in text.out and "| digits_k20_low | FedAvg | 66.83 |" in text.out
     assert "[2/2] table3_digits digits_k20_low" in text.err  # the progress display
     assert (out / "dapfl_table3_digits.md").read_text().startswith("### DA-PFL Table III")
+    import json
+
+    recs = [json.loads(x) for x in (out / "dapfl_table3_digits_runs.jsonl").read_text().splitlines()]
+    assert sorted(r["method"] for r in recs) == ["DA-PFL", "FedAvg"] and all(r["seed"] == 0 for r in recs)
+    assert all(r["value"] == r["metrics"]["mean_local_accuracy_last10"] for r in recs)
     client, runs = _runs(store)
     parents = [r for r in runs if "flplat.reproduce.parent" in r.data.tags]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]

@@ -565,6 +565,7 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                 metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only)
                 row_metric = {m.name: m.metric for m in t.methods}
                 col_metric = {c.id: c.metric for c in t.cells}
+                records = []
                 for j in jobs:
                     run_id, m = metrics.get(j.key, (None, {}))
                     if run_id:
@@ -572,6 +573,15 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                     v = store.value(run_id, m, row_metric[j.method] or col_metric[j.cell] or t.metric)
                     if v is not None:
                         ours.setdefault((j.cell, j.method), []).append(v)
+                    if run_id:
+                        records.append({"table": t.id, "cell": j.cell, "method": j.method, "seed": j.seed,
+                                        "run_id": run_id, "config_key": j.key, "value": v, "metrics": m})
+                if out_dir:  # the raw per-run records behind the table
+                    import json
+
+                    Path(out_dir).mkdir(parents=True, exist_ok=True)
+                    with open(Path(out_dir) / f"{paper}_{t.id}_runs.jsonl", "w") as fh:
+                        fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
             else:
                 for s in sd:  # seeds outside: an analysis may cache per seed what its cells share
                     for c in select(t.cells, cells, "cells", "id"):
