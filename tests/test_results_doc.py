@@ -61,3 +61,12 @@ def test_update_results_writes_file_and_footer(tmp_path):
     text = path.read_text()
     assert text.count("#### Table") == 1 and "v2" in text and line in text
     assert not (tmp_path / "results.md.tmp").exists()
+
+
+def test_the_figure_is_linked_relative_to_the_document(tmp_path):
+    (tmp_path / "docs" / "results" / "pqfed").mkdir(parents=True)
+    png = tmp_path / "docs" / "results" / "pqfed" / "pqfed_fig3.png"
+    png.write_bytes(b"png")
+    update_results(tmp_path / "docs" / "results.md", "pqfed", "fig3", "reduced", "#### T", "footer", figure=png)
+    text = (tmp_path / "docs" / "results.md").read_text()
+    assert "#### T\n\n![pqfed fig3](results/pqfed/pqfed_fig3.png)\n\nfooter" in text

@@ -624,9 +624,11 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                 from flplat.studies.results_doc import run_seconds, timing_line, update_results
 
                 n_runs, run_s = run_seconds(store.client, [r for ids in run_ids.values() for r in ids])
+                png = Path(out_dir) / f"{paper}_{t.id}.png" if out_dir else None
                 update_results(results, paper, t.id, scale, text,
                                timing_line(command or f"flplat reproduce {paper} {t.id} --scale {scale}", n_runs,
-                                           run_s, None if render_only else time.perf_counter() - t_start))
+                                           run_s, None if render_only else time.perf_counter() - t_start),
+                               figure=png if png is not None and png.is_file() else None)
             texts.append(text)
             status = "FINISHED"
         except KeyboardInterrupt:

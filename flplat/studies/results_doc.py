@@ -72,11 +72,17 @@ def timing_line(command: str, runs: int, run_s: float, wall_s: float | None) -> 
     return f"*Made by* `{command}` *on {time.strftime('%Y-%m-%d')}: {cost}; {this}.*"
 
 
-def update_results(path: str | os.PathLike, paper: str, table: str, scale: str, text: str, footer: str) -> None:
-    """Write the table's block into the document at ``path`` (created when missing), atomically."""
+def update_results(path: str | os.PathLike, paper: str, table: str, scale: str, text: str, footer: str,
+                   figure: str | os.PathLike | None = None) -> None:
+    """Write the table's block into the document at ``path`` (created when missing), atomically; ``figure``: a PNG
+    shown under the table (linked relative to the document)."""
     p = Path(path)
     doc = p.read_text() if p.exists() else ""
-    new = replace_block(doc, paper, table, scale, f"{text.strip()}\n\n{footer}")
+    body = text.strip()
+    if figure is not None:
+        rel = os.path.relpath(Path(figure).resolve(), p.resolve().parent)
+        body += f"\n\n![{paper} {table}]({Path(rel).as_posix()})"
+    new = replace_block(doc, paper, table, scale, f"{body}\n\n{footer}")
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(new)
     tmp.replace(p)
