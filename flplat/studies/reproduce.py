@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flplat.config import config_key  # the hash that identifies a run
+from flplat.data.splits import InfeasiblePartitionError
 from flplat.errors import ConfigError
 from flplat.studies.reproduction.execute import Progress, default_jobs, run_grid
 from flplat.studies.reproduction.figures import plot_cells, plot_curves
@@ -122,13 +123,17 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         try:
             ours: dict[tuple[str, str], list[float]] = {}
             run_ids: dict[tuple[str, str], list[str]] = {}
+            skips: dict[tuple[str, str], list[tuple[int, str]]] = {}  # (cell, method) -> [(seed, why not run)]
             if t.kind == "train":
-                metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only)
+                reasons: dict[str, str] = {}
+                metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only, reasons)
                 row_metric = {m.name: m.metric for m in t.methods}
                 col_metric = {c.id: c.metric for c in t.cells}
                 records = []
                 for j in jobs:
                     run_id, m = metrics.get(j.key, (None, {}))
+                    if run_id is None and j.key in reasons:
+                        skips.setdefault((j.cell, j.method), []).append((j.seed, reasons[j.key]))
                     if run_id:
                         run_ids.setdefault((j.cell, j.method), []).append(run_id)
                     v = store.value(run_id, m, row_metric[j.method] or col_metric[j.cell] or t.metric)
@@ -147,7 +152,14 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                 for s in sd:  # seeds outside: an analysis may cache per seed what its cells share
                     for c in select(t.cells, cells, "cells", "id"):
                         t0 = time.perf_counter()
-                        for name, v in t.analyze(c, s, scale).items():
+                        try:
+                            rows = t.analyze(c, s, scale)
+                        except InfeasiblePartitionError as e:  # the data cannot meet this cell: skip it, say why
+                            print(f"{t.id} {c.id} seed {s}: skipped ({e})", file=sys.stderr, flush=True)
+                            for m in t.methods:
+                                skips.setdefault((c.id, m.name), []).append((s, str(e)))
+                            continue
+                        for name, v in rows.items():
                             ours.setdefault((c.id, name), []).append(v)
                         print(f"{t.id} {c.id} seed {s} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr,
                               flush=True)
@@ -162,9 +174,11 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                 full = [m.name for m in t.methods if t.all_seeds(m.name)]
                 seeds_note += (f" for {', '.join(full)}; {', '.join(map(str, sd[:baseline_seeds]))} for the other "
                                "methods (CPU time)")
+            cell_notes = [f"{c.id}: {c.note}" for c in select(t.cells, cells, "cells", "id") if c.note]
             header = (f"Paper: {src}. Scale `{scale}`: {note}. Seeds: {seeds_note}." +
-                      (f" The paper's dataset differs ({'; '.join(subs)}): only its claim is judged." if subs else ""))
-            text = render_table(t, values, ours, header, cells, methods)
+                      (f" The paper's dataset differs ({'; '.join(subs)}): only its claim is judged." if subs else "") +
+                      (f" Per cell: {'; '.join(cell_notes)}." if cell_notes else ""))
+            text = render_table(t, values, ours, header, cells, methods, skips)
             store.client.log_text(parent, text, f"reproduce/{t.id}.md")
             if t.figure and ours:
                 import tempfile

@@ -60,9 +60,12 @@ def default_jobs() -> int:
 
 
 def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: str, n_jobs: int,
-             render_only: bool = False) -> dict[str, tuple]:
+             render_only: bool = False, skipped: dict[str, str] | None = None) -> dict[str, tuple]:
     """Run the jobs not finished yet; returns (run id, metrics) by config hash for every job (run now or before).
-    ``render_only``: run nothing; the jobs not finished are left out (the table shows them as not run)."""
+    ``render_only``: run nothing; the jobs not finished are left out (the table shows them as not run). ``skipped``
+    (filled in): the reason of every job skipped now or by an earlier command (recorded on ``parent``), by hash."""
+    skipped = {} if skipped is None else skipped
+    skipped.update(store.skipped(parent))
     done = store.finished(paper)
     todo, seen = [], set()
     for j in jobs:
@@ -84,10 +87,14 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
         key, metrics, run_id, secs = res
         if metrics is None:  # run_id holds the reason
             print(f"{job.table} {job.cell} {job.method} s{job.seed}: skipped ({run_id})", file=sys.stderr, flush=True)
+            skipped[key] = run_id
+            store.skip(parent, key, run_id)
             prog.done += 1
             return
         if run_id:
             store.tag(run_id, paper, job)
+        if skipped.pop(key, None) is not None:
+            store.unskip(parent, key)
         done[key] = (run_id, metrics)
         prog.step(job, secs, metrics.get(table.metric))
 

@@ -41,6 +41,7 @@ class Cell:
     substitute: str | None = None  # this cell runs another dataset than the paper's (see Table.substitute)
     metric: str | None = None  # this column's run metric when it is not the table's; ``NAME@STEP``: the value of the
     #                            metric NAME logged at step STEP (a series, e.g. CAFA's windowed accuracy)
+    note: str | None = None  # what this cell sets beyond its ready config and why, stated in the table's header
 
 
 @dataclass

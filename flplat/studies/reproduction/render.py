@@ -1,6 +1,7 @@
 """The output of ``flplat reproduce`` per table: the verdict of one cell (:func:`verdict`: the paper's claim and
 its spread, see :mod:`flplat.studies.reproduce`) and the markdown table of paper | ours | difference | verdict
-(:func:`render_table`)."""
+(:func:`render_table`). A row with runs skipped for a reason (no run exists: e.g. an infeasible partition) says
+so in its verdict and points to a numbered note under the table that gives the reason per seed."""
 
 from __future__ import annotations
 
@@ -45,11 +46,24 @@ def verdict(paper_mean: float | None, paper_std: float | None, ours: Sequence[fl
     return "; ".join(parts) if parts else "no paper value"
 
 
+def skip_note(skips: Sequence[tuple[int, str]]) -> str:
+    """One note's text: the seeds skipped with their reason (seeds that share a reason together)."""
+    by_reason: dict[str, list[int]] = {}
+    for seed, reason in sorted(skips):
+        by_reason.setdefault(" ".join(reason.split()).replace("|", "\\|"), []).append(seed)
+    return "; ".join(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {reason}"
+                     for reason, seeds in by_reason.items())
+
+
 def render_table(table: Table, paper_vals: dict[str, Any], ours: dict[tuple[str, str], list[float]],
-                 header: str, cells: Sequence[str] | None = None, methods: Sequence[str] | None = None) -> str:
+                 header: str, cells: Sequence[str] | None = None, methods: Sequence[str] | None = None,
+                 skipped: dict[tuple[str, str], list[tuple[int, str]]] | None = None) -> str:
     """Markdown: one row per cell × method (of the selection): paper | ours mean ± std (n) | difference | verdict,
-    then how many claims held and how many of our values were within the paper's spread."""
+    then the notes on skipped runs (``skipped``: (cell, method) -> [(seed, reason)]; rows that share the same
+    seeds and reasons share a note), then how many claims held and how many of our values were within the paper's
+    spread."""
     f = table.scale_factor
+    notes: dict[str, int] = {}
     lines = [f"### {table.title}", "", header, "",
              "| cell | method | paper | ours (mean ± std, n) | difference | verdict |", "|---|---|---|---|---|---|"]
     verdicts = []
@@ -69,10 +83,19 @@ def render_table(table: Table, paper_vals: dict[str, Any], ours: dict[tuple[str,
                 otext, diff = "—", "—"
             v = verdict(pm, ps, vals, pref, ref_vals, is_reference=m.name == table.reference, tie=table.tie * f,
                         higher_is_better=table.higher_is_better, comparable=comparable)
+            skips = (skipped or {}).get((c.id, m.name))
+            if skips:
+                n = notes.setdefault(skip_note(skips), len(notes) + 1)
+                seeds = ", ".join(str(s) for s, _ in sorted(skips))
+                v = (f"not run: skipped, see note {n}" if not vals else
+                     f"{v}; seed{'s' if len(skips) > 1 else ''} {seeds} skipped, see note {n}")
             lines.append(f"| {c.id} | {m.name} | {ptext} | {otext} | {diff} | {v} |")
             verdicts.append(v)
     count = {k: sum(k in v for v in verdicts) for k in ("claim holds", "claim fails", "within spread",
                                                           "outside spread")}
+    if notes:
+        lines += ["", "Skipped runs (no run exists; the reason per seed):", ""]
+        lines += [f"{n}. skipped: {text}" for text, n in notes.items()]
     lines += ["", f"Claims: {count['claim holds']} hold, {count['claim fails']} fail. Values: {count['within spread']} "
                   f"within the paper's spread, {count['outside spread']} outside."]
     return "\n".join(lines) + "\n"

@@ -1,12 +1,17 @@
 """The MLflow side of ``flplat reproduce``: one experiment per paper, one parent run per table and scale, the
 FINISHED runs by config hash (:class:`Store`). A finished run of an earlier flplat (its hash made before flplat
-gained config keys) stands for a job when its logged params match (:func:`compatible`, on :func:`run_params`)."""
+gained config keys) stands for a job when its logged params match (:func:`compatible`, on :func:`run_params`). A job
+skipped for a reason (its config failed while its run was prepared, e.g. an infeasible partition: no run exists)
+leaves the reason on the table's parent run as the tag ``flplat.reproduce.skipped.<config hash>``, so a later
+``--render-only`` shows why the cell was not run."""
 
 from __future__ import annotations
 
 import sys
 
 from flplat.studies.reproduction.grid import Job
+
+SKIP_TAG = "flplat.reproduce.skipped."
 
 
 def run_params(cfg) -> dict[str, str]:
@@ -130,3 +135,15 @@ class Store:
         for k, v in (("paper", paper), ("key", job.key), ("table", job.table), ("cell", job.cell),
                      ("method", job.method), ("seed", str(job.seed))):
             self.client.set_tag(run_id, f"flplat.reproduce.{k}", v)
+
+    def skipped(self, parent: str) -> dict[str, str]:
+        """The reasons recorded on ``parent`` for the jobs skipped so far, by config hash."""
+        tags = self.client.get_run(parent).data.tags
+        return {k[len(SKIP_TAG):]: v for k, v in tags.items() if k.startswith(SKIP_TAG)}
+
+    def skip(self, parent: str, key: str, reason: str) -> None:
+        self.client.set_tag(parent, SKIP_TAG + key, reason[:5000])
+
+    def unskip(self, parent: str, key: str) -> None:
+        """A job skipped before has run: its reason goes."""
+        self.client.delete_tag(parent, SKIP_TAG + key)
