@@ -93,8 +93,6 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
             return
         if run_id:
             store.tag(run_id, paper, job)
-        if skipped.pop(key, None) is not None:
-            store.unskip(parent, key)
         done[key] = (run_id, metrics)
         prog.step(job, secs, metrics.get(table.metric))
 

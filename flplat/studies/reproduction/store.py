@@ -3,7 +3,7 @@ FINISHED runs by config hash (:class:`Store`). A finished run of an earlier flpl
 gained config keys) stands for a job when its logged params match (:func:`compatible`, on :func:`run_params`). A job
 skipped for a reason (its config failed while its run was prepared, e.g. an infeasible partition: no run exists)
 leaves the reason on the table's parent run as the tag ``flplat.reproduce.skipped.<config hash>``, so a later
-``--render-only`` shows why the cell was not run."""
+``--render-only`` shows why the cell was not run (a reason is shown only while its job has no finished run)."""
 
 from __future__ import annotations
 
@@ -143,7 +143,3 @@ class Store:
 
     def skip(self, parent: str, key: str, reason: str) -> None:
         self.client.set_tag(parent, SKIP_TAG + key, reason[:5000])
-
-    def unskip(self, parent: str, key: str) -> None:
-        """A job skipped before has run: its reason goes."""
-        self.client.delete_tag(parent, SKIP_TAG + key)
