@@ -318,7 +318,97 @@ def test_a_run_that_fails_its_config_is_skipped_not_fatal(tmp_path, capsys):
                  "partition.max_retries=1"]) == 0
     out = capsys.readouterr()
     assert "digits_k20_low FedAvg s0: skipped (" in out.err
-    assert "| digits_k20_low | FedAvg | 66.83 | — | — | not run |" in out.out
+    # the table says why: the row points to a note with the reason per seed
+    assert "| digits_k20_low | FedAvg | 66.83 | — | — | not run: skipped, see note 1 |" in out.out
+    assert "1. skipped: seed 0: partition.name='dirichlet' is infeasible: num_clients * min_samples" in out.out
+    # the reason stays on the parent run: a later --render-only shows it too (no run exists to read it from)
+    assert main(["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
+                 "--methods", "FedAvg", "--store-dir", str(tmp_path), "--set", "partition.min_samples=500",
+                 "partition.max_retries=1", "--render-only"]) == 0
+    out = capsys.readouterr().out
+    assert "not run: skipped, see note 1 |" in out and "1. skipped: seed 0: partition.name='dirichlet'" in out
+
+
+def test_render_table_gives_the_reason_of_skipped_runs():
+    """Rows with skipped runs point to numbered notes (one per distinct set of seeds and reasons) under the table;
+    a row with some seeds run keeps its verdict and says which seeds were skipped."""
+    t = rp.Table("t", "T", [rp.Cell("c1"), rp.Cell("c2")], [rp.Method("FedAvg"), rp.Method("New")])
+    vals = {"tables": {"t": {"source": "Table 9", "values": {"c1": {"FedAvg": 0.7, "New": 0.8},
+                                                             "c2": {"FedAvg": 0.7, "New": 0.8}}}}}
+    ours = {("c1", "FedAvg"): [0.70], ("c1", "New"): [0.80]}
+    why = "partition infeasible | no draw (best: 3)"
+    skipped = {("c2", "FedAvg"): [(1, why), (0, why)], ("c2", "New"): [(0, why), (1, why)],
+               ("c1", "New"): [(1, "other reason")]}
+    md = rp.render_table(t, vals, ours, "hdr", skipped=skipped)
+    assert "| c2 | FedAvg | 0.7 | — | — | not run: skipped, see note 2 |" in md
+    assert "| c2 | New | 0.8 | — | — | not run: skipped, see note 2 |" in md
+    assert ("| c1 | New | 0.8 | 0.8 ± 0 (1) | +0 | claim holds (above ref.); within spread; "
+            "seed 1 skipped, see note 1 |") in md
+    assert "1. skipped: seed 1: other reason\n2. skipped: seeds 0, 1: partition infeasible \\| no draw (best: 3)\n" \
+        in md
+    assert "Claims: 1 hold, 0 fail." in md
+    assert "skipped" not in rp.render_table(t, vals, ours, "hdr")
+
+
+def test_an_analysis_cell_the_data_cannot_meet_is_skipped_with_its_reason(tmp_path, monkeypatch):
+    """An analysis (no training) whose partition is infeasible skips that cell and seed; the table gives the reason."""
+    from flplat.data.splits import InfeasiblePartitionError
+
+    def analyze(cell, seed, scale):
+        if cell.id == "b":
+            raise InfeasiblePartitionError(f"no partition for seed {seed}")
+        return {"x": 1.0}
+
+    table = rp.Table("t", "T", [rp.Cell("a"), rp.Cell("b")], [rp.Method("x")], kind="analysis", analyze=analyze,
+                     reference=None, seeds=[0])
+    monkeypatch.setattr(rp, "paper_tables", lambda paper: [table])
+    md = rp.reproduce("cafa", scale="smoke", store_dir=str(tmp_path))
+    assert "| a | x | not reported | 1 ± 0 (1) | — | no paper value |" in md
+    assert "| b | x | not reported | — | — | not run: skipped, see note 1 |" in md
+    assert "1. skipped: seed 0: no partition for seed 0" in md
+
+
+def test_clust_psi_pfl_alpha_005_cell_redraws_as_the_paper():
+    """Table III/IV's Dirichlet α = 0.05 cell lifts the redraw cap (the authors' partition has none), in its config
+    and in the header; the other cells keep their ready configs as they are (their runs keep their hashes)."""
+    from flplat.experiment import load_config
+
+    t = next(t for t in rp.paper_tables("clust-psi-pfl") if t.id == "table3")
+    jobs = rp.plan("clust-psi-pfl", t, "reduced", [0], ["FedAvg"], None, [], "x", "/tmp/unused")
+    retries = {j.cell: load_config(j.config, j.overrides).partition.max_retries for j in jobs}
+    assert retries.pop("dirichlet_0.05") == 100_000 and set(retries.values()) == {100}
+    cell = next(c for c in t.cells if c.id == "dirichlet_0.05")
+    assert cell.note.startswith("partition.max_retries=100000, the paper's partition")
+    assert [c.id for c in t.cells if c.overrides or c.note] == ["dirichlet_0.05"]
+
+
+def test_cell_notes_are_stated_in_the_header(tmp_path, capsys):
+    args = ["reproduce", "clust-psi-pfl", "table4", "--scale", "smoke", "--methods", "FedAvg", "--render-only",
+            "--store-dir", str(tmp_path)]
+    assert main([*args, "--cells", "dirichlet_0.05"]) == 0
+    assert "Per cell: dirichlet_0.05: partition.max_retries=100000, the paper's partition" in capsys.readouterr().out
+    assert main([*args, "--cells", "dirichlet_0.09"]) == 0
+    assert "Per cell" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_clust_psi_pfl_alpha_005_partition_is_feasible_with_the_papers_redraws():
+    """FMNIST, K = 100, α = 0.05: with the cell's redraws a partition with every client >= 10 samples exists (about
+    one draw in 10,000 qualifies; seed 0 took about 10^4 draws, 5-25 s)."""
+    from flplat.data.datasets import load_dataset
+    from flplat.data.partitions import build_federation
+    from flplat.engine.state import derive_seed
+    from flplat.experiment import load_config
+
+    t = next(t for t in rp.paper_tables("clust-psi-pfl") if t.id == "table3")
+    (job,) = rp.plan("clust-psi-pfl", t, "reduced", [0], ["FedAvg"], ["dirichlet_0.05"], [], "x", "/tmp/unused")
+    cfg = load_config(job.config, job.overrides)
+    try:
+        ds = load_dataset(cfg.data, derive_seed(0, "data"))
+    except ConfigError as e:
+        pytest.skip(f"FMNIST not available: {e}")
+    fed = build_federation(ds, cfg.partition, derive_seed(0, "partition"))
+    assert fed.meta["min_client_samples"] >= 10 and len(fed.clients) == 100
 
 
 def test_compatible_accepts_only_new_keys_at_their_defaults():

@@ -1,0 +1,10 @@
+"""The parts of ``flplat reproduce`` (:mod:`flplat.studies.reproduce` puts them together and re-exports them):
+
+* :mod:`.grid` -- the table model (:class:`~.grid.Table`, cells, methods), the papers' modules and the plan of a
+  train table's runs (jobs, scales, the focus / baseline seeds);
+* :mod:`.values` -- the numbers the papers report (``configs/papers/<paper>.yaml``) and their check;
+* :mod:`.store` -- the MLflow side: finished runs by config hash, runs of an earlier flplat that stand for a job,
+  the parent run per table, the reasons runs were skipped;
+* :mod:`.execute` -- running the jobs not finished yet (in this process or worker processes) with a progress line;
+* :mod:`.render` -- the verdicts and the markdown table; :mod:`.figures` -- the bar and curve charts of the tables.
+"""

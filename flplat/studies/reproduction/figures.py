@@ -1,0 +1,67 @@
+"""The charts the papers' tables draw from their runs: grouped bars of our means per cell (:func:`plot_cells`) and
+per-round curves per cell (:func:`plot_curves`), written as PNG files (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+import statistics
+
+from flplat.studies.reproduction.grid import FigureContext
+
+
+def plot_cells(ours: dict[tuple[str, str], list[float]], title: str, ylabel: str, path: str) -> None:
+    """A grouped bar chart of our means (± std over seeds): one group per cell, one bar per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cells = list(dict.fromkeys(c for c, _ in ours))
+    methods = list(dict.fromkeys(m for _, m in ours))
+    w = 0.8 / max(len(methods), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(cells) * max(len(methods), 1) * w * 2.5), 4))
+    for i, m in enumerate(methods):
+        vals = [ours.get((c, m), []) for c in cells]
+        mean = [statistics.fmean(v) if v else np.nan for v in vals]
+        sd = [statistics.pstdev(v) if len(v) > 1 else 0.0 for v in vals]
+        ax.bar(np.arange(len(cells)) + i * w, mean, w, yerr=sd, label=m)
+    ax.set_xticks(np.arange(len(cells)) + 0.4 - w / 2)
+    ax.set_xticklabels(cells, rotation=45, ha="right", fontsize=8)
+    ax.set(ylabel=ylabel, title=title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_curves(ctx: FigureContext, metric: str, title: str, ylabel: str) -> None:
+    """One panel per cell: the per-round ``metric`` of every method, mean over its seeds' runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cells = list(dict.fromkeys(c for c, _ in ctx.runs))
+    if not cells:
+        return
+    cols = min(len(cells), 2)
+    rows = (len(cells) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.6 * rows), squeeze=False)
+    for ax, c in zip(axes.flat, cells):
+        for (cc, m), ids in ctx.runs.items():
+            if cc != c:
+                continue
+            hists = [dict(ctx.history(r, metric)) for r in ids]
+            steps = sorted(set().union(*hists)) if hists else []
+            if steps:
+                ax.plot(steps, [np.mean([h[s] for h in hists if s in h]) for s in steps], label=m, lw=1.2)
+        ax.set(title=c, xlabel="round", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(cells):]:
+        ax.set_visible(False)
+    fig.suptitle(f"{title} (scale {ctx.scale})")
+    fig.tight_layout()
+    fig.savefig(ctx.path, dpi=110)
+    plt.close(fig)

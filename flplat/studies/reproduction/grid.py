@@ -1,0 +1,151 @@
+"""The table model of ``flplat reproduce``: a paper's table is cells × methods × seeds (see
+:mod:`flplat.studies.reproduce`), and :func:`plan` turns a train table into jobs, one validated config each,
+identified by the hash of its resolved config (:func:`flplat.config.config_key`)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flplat.config import config_key
+from flplat.errors import ConfigError
+
+PAPERS = ("clust-psi-pfl", "cafa", "dapfl", "flux", "pqfed")
+SCALES = ("smoke", "reduced", "paper")
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class Method:
+    """One row of a table: a name as in the paper's table and the config overrides that select it; ``{name}`` in an
+    override is filled from the cell's ``params`` (e.g. IFCA's k, which DA-PFL sets per number of clients)."""
+
+    name: str
+    overrides: list[str] = field(default_factory=list)
+    metric: str | None = None  # this row's run metric when it is not the table's (PQFed's IFCA: global_accuracy)
+    config: str | None = None  # this row's ready config when it is not the cell's (PQFed's IFCA: the baseline one)
+
+
+@dataclass
+class Cell:
+    """One column of a table: a ready config (relative to the repository) plus overrides, or, for an analysis
+    table, just its parameters in ``params``."""
+
+    id: str
+    config: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    substitute: str | None = None  # this cell runs another dataset than the paper's (see Table.substitute)
+    metric: str | None = None  # this column's run metric when it is not the table's; ``NAME@STEP``: the value of the
+    #                            metric NAME logged at step STEP (a series, e.g. CAFA's windowed accuracy)
+    note: str | None = None  # what this cell sets beyond its ready config and why, stated in the table's header
+
+
+@dataclass
+class FigureContext:
+    """What a table's figure is drawn from: our values, the runs behind them (train tables) and where to write."""
+
+    ours: dict[tuple[str, str], list[float]]
+    scale: str
+    path: str
+    client: Any = None  # an MlflowClient on the store
+    runs: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (cell, method) -> run ids
+
+    def history(self, run_id: str, metric: str) -> list[tuple[int, float]]:
+        return sorted((m.step, m.value) for m in self.client.get_metric_history(run_id, metric))
+
+
+@dataclass
+class Table:
+    """A paper's table or figure reproduced as a grid (see :mod:`flplat.studies.reproduce`)."""
+
+    id: str
+    title: str
+    cells: list[Cell]
+    methods: list[Method]
+    metric: str = "global_accuracy"  # a run metric (train tables)
+    kind: str = "train"  # train | analysis
+    reference: str | None = "FedAvg"  # the method every claim is measured against (None: no claim part)
+    higher_is_better: bool = True
+    scale_factor: float = 1.0  # ours × scale_factor is in the paper's unit (100 for percent)
+    tie: float = 0.005  # in our unit: gaps within this count as ties; the tolerance when no std is known
+    substitute: str | None = None  # the paper ran another dataset: values are not comparable, only the claim
+    scales: dict[str, list[str]] = field(default_factory=dict)  # smoke / reduced overrides for every run
+    notes: dict[str, str] = field(default_factory=dict)  # per scale: the reductions, stated in the header
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # the paper's seeds at scale paper
+    analyze: Callable[[Cell, int, str], dict[str, float]] | None = None  # analysis: (cell, seed, scale) -> rows
+    figure: Callable[[FigureContext], None] | None = None  # writes a PNG to ctx.path
+    focus: list[str] | None = None  # the methods the paper's claim is about (default: the table's last method)
+
+    def all_seeds(self, method: str) -> bool:
+        """Whether ``method`` runs every seed under ``--baseline-seeds`` (the reference and the focus methods)."""
+        return method == self.reference or method in (self.focus or [self.methods[-1].name])
+
+
+def paper_module(paper: str):
+    if paper not in PAPERS:
+        raise ConfigError(f"paper {paper!r} is unknown; allowed: {', '.join(PAPERS)}")
+    return importlib.import_module(f"flplat.studies.papers.{paper.replace('-', '_')}")
+
+
+def paper_tables(paper: str) -> list[Table]:
+    return list(paper_module(paper).TABLES)
+
+
+@dataclass
+class Job:
+    table: str
+    cell: str
+    method: str
+    seed: int
+    config: str | None
+    overrides: list[str]
+    key: str  # hash of the resolved config
+
+
+def select(items, names: Sequence[str] | None, what: str, attr: str):
+    if not names:
+        return list(items)
+    known = {getattr(i, attr): i for i in items}
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ConfigError(f"--{what}={','.join(bad)} unknown; allowed: {', '.join(known)}")
+    return [known[n] for n in names]
+
+
+def _fill(text: str, params: dict[str, Any]) -> str:
+    for k, v in params.items():
+        text = text.replace("{" + k + "}", str(v))
+    return text
+
+
+def resolve_scale(table: Table, scale: str) -> tuple[list[str], str]:
+    if scale not in SCALES:
+        raise ConfigError(f"--scale={scale!r}; allowed: {', '.join(SCALES)}")
+    over = [] if scale == "paper" else list(table.scales.get(scale, []))
+    note = table.notes.get(scale) or ("the paper's setting (the ready configs as they are)" if scale == "paper"
+                                      else "overrides: " + (" ".join(over) or "none"))
+    return over, note
+
+
+def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, cells, extra: Sequence[str],
+         experiment: str, store_dir: str, baseline_seeds: int | None = None) -> list[Job]:
+    """Every job of a train table, each config validated before anything runs (bad input: ConfigError). With
+    ``baseline_seeds`` = n, methods other than the reference and the table's focus run only the first n seeds."""
+    from flplat.experiment import load_config
+
+    over_scale, _ = resolve_scale(table, scale)
+    jobs = []
+    for c in select(table.cells, cells, "cells", "id"):
+        for m in select(table.methods, methods, "methods", "name"):
+            for s in (seeds if baseline_seeds is None or table.all_seeds(m.name) else seeds[:baseline_seeds]):
+                over = [*c.overrides, *(_fill(o, c.params) for o in m.overrides), *over_scale, *extra, f"seed={s}",
+                        f"tracking.experiment={experiment}", f"tracking.store_dir={store_dir}",
+                        f"tracking.run_name={table.id}/{c.id}/{m.name}/s{s}"]
+                path = str(REPO / (m.config or c.config)) if (m.config or c.config) else None
+                cfg = load_config(path, over)
+                jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg)))
+    return jobs

@@ -1,0 +1,145 @@
+"""The MLflow side of ``flplat reproduce``: one experiment per paper, one parent run per table and scale, the
+FINISHED runs by config hash (:class:`Store`). A finished run of an earlier flplat (its hash made before flplat
+gained config keys) stands for a job when its logged params match (:func:`compatible`, on :func:`run_params`). A job
+skipped for a reason (its config failed while its run was prepared, e.g. an infeasible partition: no run exists)
+leaves the reason on the table's parent run as the tag ``flplat.reproduce.skipped.<config hash>``, so a later
+``--render-only`` shows why the cell was not run (a reason is shown only while its job has no finished run)."""
+
+from __future__ import annotations
+
+import sys
+
+from flplat.studies.reproduction.grid import Job
+
+SKIP_TAG = "flplat.reproduce.skipped."
+
+
+def run_params(cfg) -> dict[str, str]:
+    """The config as the run logs it (MLflow params: dotted keys, string values), without what :func:`config_key`
+    leaves out."""
+    from flplat.config import flatten, loggable
+
+    return {k: str(v)[:6000] for k, v in flatten(loggable(cfg)).items() if not _outside_key(k)}
+
+
+def _outside_key(key: str) -> bool:
+    return key.startswith(("tracking.", "algorithm_unused.")) or key == "fabric.num_threads"
+
+
+def compatible(new: dict[str, str], old: dict[str, str], defaults: dict[str, str]) -> list[str] | None:
+    """Whether a finished run with params ``old`` stands for a run of params ``new`` whose hash it lacks (it was
+    made before flplat gained config keys): every key of ``old`` has the same value in ``new``, and the keys only
+    ``new`` has hold their default values (``defaults``: the params of the default config of the same algorithm).
+    Returns the added keys, or None when the run does not stand for it (a key changed, was removed, or a new key is
+    set away from its default)."""
+    new = {k: v for k, v in new.items() if not _outside_key(k)}
+    old = {k: v for k, v in old.items() if not _outside_key(k)}
+    if set(old) - set(new) or any(old[k] != new[k] for k in old):
+        return None
+    added = sorted(set(new) - set(old))
+    if any(defaults.get(k) != new[k] for k in added):
+        return None
+    return added
+
+
+class Store:
+    """The MLflow side of a reproduction: the experiment, the parent run per table, finished runs by hash."""
+
+    def __init__(self, experiment: str, store_dir: str):
+        from mlflow.tracking import MlflowClient
+
+        from flplat.tracking.runs import store_uris
+
+        uri, artifacts = store_uris(None, store_dir)
+        self.client = MlflowClient(tracking_uri=uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        self.exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment,
+                                                                                 artifact_location=artifacts)
+
+    def _search(self, filt: str) -> list:
+        out, token = [], None
+        while True:
+            page = self.client.search_runs([self.exp_id], filt, max_results=1000, page_token=token)
+            out += list(page)
+            token = page.token
+            if not token:
+                return out
+
+    def finished(self, paper: str) -> dict[str, tuple[str, dict[str, float]]]:
+        """(run id, metrics) of the FINISHED runs of this paper's reproduction, by config hash (the newest wins)."""
+        runs = self._search(f"attributes.status = 'FINISHED' and tags.`flplat.reproduce.paper` = '{paper}'")
+        runs.sort(key=lambda r: r.info.start_time)
+        return {r.data.tags["flplat.reproduce.key"]: (r.info.run_id, dict(r.data.metrics)) for r in runs
+                if "flplat.reproduce.key" in r.data.tags}
+
+    def match_older(self, paper: str, todo: list[Job], done: dict[str, tuple[str, dict[str, float]]]) -> list[Job]:
+        """The jobs of ``todo`` that no finished run stands for. A FINISHED run of this paper whose hash no longer
+        matches (made before flplat gained config keys) stands for a job when :func:`compatible` says so: it is
+        re-tagged with the job's hash, added to ``done`` and reported in one line."""
+        if not todo:
+            return todo
+        from flplat.experiment import load_config
+
+        # a run of the current flplat with the same params has the job's hash (it would be in ``done``): only runs
+        # of an earlier flplat can match here
+        older = self._search(f"attributes.status = 'FINISHED' and tags.`flplat.reproduce.paper` = '{paper}'")
+        if not older:
+            return todo
+        defaults: dict[str, dict[str, str]] = {}
+        left = []
+        for j in todo:
+            params = run_params(load_config(j.config, list(j.overrides)))
+            name = params.get("algorithm.name", "")
+            if name not in defaults:
+                defaults[name] = run_params(load_config(None, [f"algorithm.name={name}"]))
+            match = None
+            for r in older:
+                if r.data.params.get("seed") == params.get("seed") and \
+                        r.data.params.get("algorithm.name") == name:
+                    added = compatible(params, r.data.params, defaults[name])
+                    if added is not None:
+                        match = (r, added)
+                        break
+            if match is None:
+                left.append(j)
+                continue
+            r, added = match
+            self.client.set_tag(r.info.run_id, "flplat.reproduce.key", j.key)
+            older.remove(r)
+            done[j.key] = (r.info.run_id, dict(r.data.metrics))
+            print(f"{j.table} {j.cell} {j.method} s{j.seed}: finished run {r.info.run_id} of an earlier flplat "
+                  f"stands for it (new keys at their defaults: {', '.join(added) or 'none'})", file=sys.stderr)
+        return left
+
+    def parent(self, paper: str, table: str, scale: str) -> str:
+        name = f"{paper}/{table}@{scale}"
+        found = self._search(f"tags.`flplat.reproduce.parent` = '{name}'")
+        if found:
+            run_id = found[0].info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        return self.client.create_run(self.exp_id, run_name=name, tags={
+            "flplat.kind": "reproduce", "flplat.reproduce.parent": name, "flplat.reproduce.paper": paper}).info.run_id
+
+    def value(self, run_id: str | None, metrics: dict[str, float], metric: str) -> float | None:
+        """A run's final ``metric``, or with ``NAME@STEP`` the value of NAME logged at STEP (None: not there)."""
+        name, _, step = metric.partition("@")
+        if not step:
+            return metrics.get(name)
+        if run_id is None:
+            return None
+        hist = {m.step: m.value for m in self.client.get_metric_history(run_id, name)}
+        return hist.get(int(step))
+
+    def tag(self, run_id: str, paper: str, job: Job) -> None:
+        for k, v in (("paper", paper), ("key", job.key), ("table", job.table), ("cell", job.cell),
+                     ("method", job.method), ("seed", str(job.seed))):
+            self.client.set_tag(run_id, f"flplat.reproduce.{k}", v)
+
+    def skipped(self, parent: str) -> dict[str, str]:
+        """The reasons recorded on ``parent`` for the jobs skipped so far, by config hash."""
+        tags = self.client.get_run(parent).data.tags
+        return {k[len(SKIP_TAG):]: v for k, v in tags.items() if k.startswith(SKIP_TAG)}
+
+    def skip(self, parent: str, key: str, reason: str) -> None:
+        self.client.set_tag(parent, SKIP_TAG + key, reason[:5000])
