@@ -106,7 +106,7 @@ def test_every_train_table_validates_at_every_scale(paper):
             continue
         for cells, methods in (([t.cells[0].id], None), (None, [t.methods[0].name])):
             jobs = rp.plan(paper, t, "smoke", [0], methods, cells, [], "x", "/tmp/unused")
-            assert len(jobs) == (len(t.methods) if cells else len(t.cells))
+            assert len(jobs) == (len(t.methods) if cells else len(t.cells) - len(t.undefined))
         for scale in ("reduced", "paper"):  # a scale's overrides are the same for every run of the table
             assert len(rp.plan(paper, t, scale, [0], None, [t.cells[0].id], [], "x", "/tmp/unused")) == len(t.methods)
 
@@ -467,3 +467,20 @@ def test_a_figure_with_nothing_to_draw_is_skipped(tmp_path, capsys):
                  "FedAvg", "--store-dir", str(tmp_path / "store"), "--out", str(tmp_path / "out")]) == 0
     assert "table3: no figure (nothing to draw from the runs finished so far)" in capsys.readouterr().err
     assert not (tmp_path / "out" / "clust-psi-pfl_table3.png").exists()
+
+
+def test_a_cell_where_the_metric_is_undefined_is_one_row_with_the_reason_and_runs_nothing(tmp_path):
+    """``Table.undefined``: no job is planned for the cell, and the table gives one row with the reason instead of
+    a "not run" row per method (Flux's test phase does not exist for P(Y|X), App. F.1)."""
+    t = rp.Table("t", "T", [rp.Cell("a", "configs/quickstart.yaml"), rp.Cell("b", "configs/quickstart.yaml")],
+                 [rp.Method("FedAvg", ["algorithm.name=fedavg"]), rp.Method("New", ["algorithm.name=fedprox"])],
+                 undefined={"b": "no labels at test time"})
+    jobs = rp.plan("flux", t, "smoke", [0], None, None, [], "e", str(tmp_path))
+    assert {j.cell for j in jobs} == {"a"} and len(jobs) == 2
+    md = rp.render_table(t, {"tables": {}}, {("a", "FedAvg"): [0.5], ("a", "New"): [0.6]}, "hdr")
+    assert "| b | every method | — | — | — | not defined here: no labels at test time |" in md
+    assert "| b | FedAvg" not in md and "| a | New |" in md
+    from flplat.studies.papers import flux
+    tp = next(x for x in flux.TABLES if x.id == "test_phase")
+    assert set(tp.undefined) == {"concept_yx_l2", "concept_yx_l5", "concept_yx_l8"}
+    assert all(not x.undefined for x in flux.TABLES if x.id != "test_phase")

@@ -79,6 +79,9 @@ class Table:
     analyze: Callable[[Cell, int, str], dict[str, float]] | None = None  # analysis: (cell, seed, scale) -> rows
     figure: Callable[[FigureContext], None] | None = None  # writes a PNG to ctx.path
     focus: list[str] | None = None  # the methods the paper's claim is about (default: the table's last method)
+    # cells where the table's metric does not exist (cell id -> why, quoting the paper): nothing is run for them and
+    # the table gives one row with the reason instead of a "not run" row per method
+    undefined: dict[str, str] = field(default_factory=dict)
 
     def all_seeds(self, method: str) -> bool:
         """Whether ``method`` runs every seed under ``--baseline-seeds`` (the reference and the focus methods)."""
@@ -140,6 +143,8 @@ def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, ce
     over_scale, _ = resolve_scale(table, scale)
     jobs = []
     for c in select(table.cells, cells, "cells", "id"):
+        if c.id in table.undefined:
+            continue
         for m in select(table.methods, methods, "methods", "name"):
             for s in (seeds if baseline_seeds is None or table.all_seeds(m.name) else seeds[:baseline_seeds]):
                 over = [*c.overrides, *(_fill(o, c.params) for o in m.overrides), *over_scale, *extra, f"seed={s}",

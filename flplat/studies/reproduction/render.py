@@ -1,6 +1,7 @@
 """The output of ``flplat reproduce`` per table: the verdict of one cell (:func:`verdict`: the paper's claim and
 its spread, see :mod:`flplat.studies.reproduce`) and the markdown table of paper | ours | difference | verdict
-(:func:`render_table`). A row with runs skipped for a reason (no run exists: e.g. an infeasible partition) says
+(:func:`render_table`; a cell where the table's metric does not exist, ``Table.undefined``, is one row with
+the reason). A row with runs skipped for a reason (no run exists: e.g. an infeasible partition) says
 so in its verdict and points to a numbered note under the table that gives the reason per seed."""
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def render_table(table: Table, paper_vals: dict[str, Any], ours: dict[tuple[str,
         ref_vals = [v * f for v in ours.get((c.id, table.reference), [])] if table.reference else None
         pref = paper_value(paper_vals, table.id, c.id, table.reference)[0] if table.reference else None
         comparable = (c.substitute or table.substitute) is None
+        if c.id in table.undefined:
+            lines.append(f"| {c.id} | every method | — | — | — | not defined here: {table.undefined[c.id]} |")
+            continue
         for m in select(table.methods, methods, "methods", "name"):
             pm, ps, ptext = paper_value(paper_vals, table.id, c.id, m.name)
             vals = [v * f for v in ours.get((c.id, m.name), [])]
