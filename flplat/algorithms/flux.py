@@ -37,7 +37,7 @@ farthest below the chord of the sorted nearest-other distances), computed in flp
 kneed's offline ``KneeLocator(convex, increasing)``, is ``knee="kneed"``: whenever the tail holds two or more far
 points it returns the curve's last point (eps = the largest distance, one cluster: MNIST P(Y) levels 2 and 8),
 and kneed 0.8.5 and 0.9.0 disagree on such curves. ``knee="gap"`` takes the point before the largest jump.
-Measured on the planted MNIST shifts in docs/results.md (Flux, "The knee").
+Measured on the planted MNIST shifts in docs/flux_clustering.md ("The knee").
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ k = 2..n-1, largest cluster = IID) on the ``cafa`` partition. It depends on the 
 choice: CIFAR-10 (the paper's) at ``paper``, Fashion-MNIST (also 10 balanced classes) at ``reduced``, digits at
 ``smoke``. Tables IV-V: CIFAR-10 / VGG-19 at ``paper`` (configs/cafa/table5_cifar10.yaml) and Fashion-MNIST with the
 light CNN in its place (configs/cafa/table5_fmnist.yaml); reduced: 30 rounds (Table IV's first window only), clients
-at 10-20% of the equal share (docs/results.md). The two tables share their runs.
+at 10-20% of the equal share (docs/results_earlier.md). The two tables share their runs.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ where Algorithm 2 stops), Fig. 3 (EMD to the target against the dissimilarity ra
 Each training cell is one run of configs/pqfed/mnist_lenient.yaml (IFCA: mnist_baseline.yaml, k = 4 clusters as
 the paper's §V-F); the number is ``target_accuracy`` (T's test accuracy after the last round; for IFCA the
 ``global_accuracy`` of the baseline config, which only T is tested in). FedProx's μ = 0.01 (the paper gives none).
-Reduced (docs/results.md): 200 images per source (the paper's 400), 10 rounds (20). Fig. 3 follows
+Reduced (docs/results_earlier.md): 200 images per source (the paper's 400), 10 rounds (20). Fig. 3 follows
 ``PQFed.similarity`` without the training (public PCA, Laplace LDP, K-means over the pooled noisy features, EMD).
 
 Table VIII: one run of configs/pqfed/mnist_incremental.yaml per inner algorithm and seed, with
@@ -18,7 +18,7 @@ r = (i − 1)·10 %; ours is the i-th closest by noisy EMD, which the run's ``pq
 ``algorithm2`` is the accuracy of the model Algorithm 2 returns (``algorithm2_accuracy``: the stage of the first
 decrease, or the last), and ``table8_stop`` the stage where it stops (``algorithm2_stage``), from the same runs.
 The paper does not say how many rounds FederatedTrain runs per stage: ``rounds_per_stage`` = 20 (Table I's 20
-rounds) at paper scale, 5 reduced (as docs/results.md's earlier run), 1 at smoke. §VI-A's text and Table VIII
+rounds) at paper scale, 5 reduced (as docs/results_earlier.md's run), 1 at smoke. §VI-A's text and Table VIII
 disagree on where Algorithm 2 stops on MNIST (configs/papers/pqfed.yaml, ``table8_stop``): both are typed in as
 printed.
 """
