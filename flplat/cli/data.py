@@ -77,11 +77,13 @@ def cmd_partition_stats(args) -> int:
         print(f"  client {c['client']:>4} n={c['num_samples']:>6} psi={c['psi']:.4f} counts={c['label_counts']}")
     return 0
 
+
 def _floats(text: str, flag: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(f"{flag}={text!r} must be comma-separated numbers") from None
+
 
 def cmd_noniid_plot(args) -> int:
     from flplat.data.datasets import load_dataset
@@ -109,6 +111,7 @@ def cmd_noniid_plot(args) -> int:
     print(json.dumps(curves, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
 
 def cmd_list(args) -> int:
     from flplat.algorithms import ALGORITHMS

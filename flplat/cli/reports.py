@@ -50,7 +50,7 @@ def add_compare(sub) -> None:
 
 def cmd_table(args) -> int:
     from flplat.tracking.reports import collect_runs, runs_table
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     uri, _ = store_uris(None, args.store_dir)
     rows = collect_runs(args.experiment, uri)
@@ -77,9 +77,10 @@ def cmd_table(args) -> int:
         print(f"wrote {args.silhouette_plot}", file=sys.stderr)
     return 0
 
+
 def cmd_compare(args) -> int:
     from flplat.tracking.compare import compare
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     uri, _ = store_uris(None, args.store_dir)
     out = args.out or f"compare_{args.experiment}_{args.metric}.png".replace("/", "_")

@@ -16,6 +16,7 @@ EPILOG_RUN = """examples:
 Override any key with dotted.key=value (see configs/quickstart.yaml for the sections: data, partition, model,
 algorithm, federation, fabric, tracking). Runs are tracked in MLflow (default store: ./mlruns, see `flplat ui`)."""
 
+
 def add_run(sub) -> None:
     r = sub.add_parser("run", help="run one experiment from a YAML config with dotted overrides",
                        description="Run one federated experiment and track it in MLflow.", epilog=EPILOG_RUN,
@@ -55,7 +56,8 @@ def cmd_run(args) -> int:
 
 def _resume(args) -> int:
     from flplat.experiment import resume_checkpoint
-    from flplat.tracking.runs import HEARTBEAT_INTERVAL_TAG, HEARTBEAT_TAG, store_uris
+    from flplat.tracking.heartbeat import heartbeat_age, is_stale, stale_after
+    from flplat.tracking.store import store_uris
 
     if args.config and "=" not in args.config:  # (argparse puts a first KEY=VALUE override in `config`)
         raise ConfigError(f"--resume={args.resume} takes no config file ({args.config!r}): the run continues with "
@@ -63,17 +65,14 @@ def _resume(args) -> int:
     overrides = ([args.config] if args.config else []) + list(args.overrides)
     cfg, data = resume_checkpoint(args.resume, overrides)
     if cfg.tracking.enabled and not args.force:
-        import time
-
         from mlflow.tracking import MlflowClient
 
         uri, _ = store_uris(cfg.tracking.uri, cfg.tracking.store_dir)
         run = MlflowClient(tracking_uri=uri).get_run(args.resume)
-        beat, interval = run.data.tags.get(HEARTBEAT_TAG), float(run.data.tags.get(HEARTBEAT_INTERVAL_TAG, 30))
-        if run.info.status == "RUNNING" and beat and time.time() - float(beat) < 2 * interval + 10:
-            age = time.time() - float(beat)
-            raise ConfigError(f"--resume={args.resume}: the run is still alive (heartbeat {age:.0f} s ago); "
-                              "allowed: a KILLED / FAILED / stale run, or add --force")
+        if run.info.status == "RUNNING" and not is_stale(run):  # the one stale rule (flplat.tracking.heartbeat)
+            raise ConfigError(f"--resume={args.resume}: the run is still alive (heartbeat {heartbeat_age(run):.0f} s "
+                              f"ago, stale after {stale_after(run):.0f} s); allowed: a KILLED / FAILED / stale run, "
+                              "or add --force")
     print(f"flplat: resuming run {args.resume} after round {data['round']}", file=sys.stderr)
     return _run_and_report(cfg, args, resume=data)
 

@@ -50,7 +50,7 @@ def add_evaluate(sub) -> None:
 def ui_command(store_dir: str, host: str, port: int) -> list[str]:
     """The MLflow UI server, started with this interpreter (``sys.executable -m mlflow``): it works from
     ``.venv/bin/flplat ui`` without an activated virtualenv (nothing is looked up on PATH)."""
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     uri, artifacts = store_uris(None, store_dir)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
@@ -66,7 +66,7 @@ def experiment_url(base: str, experiment_id: str) -> str:
 
 
 def _experiment_links(store_dir: str, base: str) -> list[str]:
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     uri, _ = store_uris(None, store_dir)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
@@ -89,10 +89,12 @@ def cmd_ui(args) -> int:
     os.execv(cmd[0], cmd)
     return 0  # not reached
 
+
 def cmd_runs(args) -> int:
     from mlflow.tracking import MlflowClient
 
-    from flplat.tracking.runs import HEARTBEAT_TAG, stale_runs, store_uris
+    from flplat.tracking.heartbeat import HEARTBEAT_TAG, stale_runs
+    from flplat.tracking.store import store_uris
 
     uri, _ = store_uris(None, args.store_dir)
     client = MlflowClient(tracking_uri=uri)
@@ -115,6 +117,7 @@ def cmd_runs(args) -> int:
             client.set_terminated(r.info.run_id, "KILLED")
     print(f"{len(runs)} stale run(s)" + (" marked KILLED" if args.mark and runs else ""), file=sys.stderr)
     return 0
+
 
 def cmd_evaluate(args) -> int:
     from flplat.studies.evaluate import evaluate_run

@@ -92,6 +92,7 @@ def cmd_sweep(args) -> int:
         print(" ".join([f"seed={r['seed']}", *shown]))
     return 0
 
+
 def _reproduce_command(args) -> str:
     """The `flplat reproduce` command line that ``args`` stand for (shown under each table of --results): the one
     that trains the table's runs, so ``--render-only`` and ``--results`` are left out."""
