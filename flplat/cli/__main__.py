@@ -2,4 +2,5 @@
 
 from flplat.cli import entry
 
-entry()
+if __name__ == "__main__":  # not when multiprocessing's spawn re-imports the main module (as __mp_main__)
+    entry()
