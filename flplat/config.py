@@ -163,6 +163,10 @@ class TrackingConfig:
     checkpoint_dir: str | None = None
     keep_checkpoint: bool = False
     heartbeat_s: float = 30.0  # the run's flplat.heartbeat tag is refreshed this often (flplat runs --stale)
+    # a RUNNING run is stale (dead: SIGKILL, power cut) once its heartbeat is older than
+    # stale_beats x heartbeat_s + stale_margin_s (flplat/tracking/heartbeat.py: runs --stale, run --resume, studies)
+    stale_beats: int = 3
+    stale_margin_s: float = 60.0
     log_models: bool = True  # final global / cluster models as artifacts under models/ (flplat/tracking/models.py)
     log_personal_models: bool = False  # also every client's final model (K x P: as large as the client store)
     system_metrics: bool = True  # MLflow's system/* metrics when psutil is installed (extra [system])
@@ -392,6 +396,9 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
                 "an integer >= 0 (0: no checkpoints)")
     check_range(tr.heartbeat_s > 0 and math.isfinite(tr.heartbeat_s), "tracking.heartbeat_s", tr.heartbeat_s,
                 "a finite number of seconds > 0")
+    check_range(tr.stale_beats >= 2, "tracking.stale_beats", tr.stale_beats, "an integer >= 2 (missed heartbeats)")
+    check_range(tr.stale_margin_s >= 0 and math.isfinite(tr.stale_margin_s), "tracking.stale_margin_s",
+                tr.stale_margin_s, "a finite number of seconds >= 0")
     check_range(cfg.tracking.system_metrics_interval > 0, "tracking.system_metrics_interval",
                 cfg.tracking.system_metrics_interval, "a number of seconds > 0")
 

@@ -71,8 +71,13 @@ def grid_size(space: dict[str, Any]) -> int:
     return math.prod(len(v) for v in space.values())
 
 
-def make_storage(url: str):
+def make_storage(url: str, tracking_cfg=None):
+    """The study's Optuna storage; an RDB one beats for its running trials at ``tracking.heartbeat_s`` and fails
+    them after the runs' stale rule (:func:`flplat.tracking.heartbeat.optuna_heartbeat`; ``tracking_cfg`` None: the
+    defaults)."""
     import optuna
+
+    from flplat.tracking.heartbeat import optuna_heartbeat
 
     if url.startswith("journal:"):
         path = Path(url[len("journal:"):])
@@ -89,12 +94,10 @@ def make_storage(url: str):
         raise ConfigError(f"--storage={url!r} is not usable ({first_line(e)}); allowed: an RDB URL such as "
                           "sqlite:///mlruns/optuna.db or postgresql://..., or journal:PATH") from None
     # a heartbeat per running trial: a worker killed with SIGKILL leaves its trial RUNNING; once its heartbeat is
-    # stale Optuna marks it FAIL and the next worker retries its point (RetryFailedTrialCallback)
-    return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=3 * HEARTBEAT_S,
+    # stale (the same rule as the runs') Optuna marks it FAIL and the next worker retries its point
+    interval, grace = optuna_heartbeat(tracking_cfg)
+    return optuna.storages.RDBStorage(url, heartbeat_interval=interval, grace_period=grace,
                                       failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=3))
-
-
-HEARTBEAT_S = 30
 
 
 def retry_interrupted(study, space: dict[str, Any]) -> int:
@@ -150,7 +153,7 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
                 load_config(config, [*overrides, f"{key}={_fmt(value)}"])
             except ConfigError as e:
                 raise ConfigError(f"search space {key}={_fmt(value)}: {e}") from None
-    storage_obj = make_storage(storage)
+    storage_obj = make_storage(storage, base.tracking)
     grid = is_grid(space)
     objective_key = "val_accuracy" if base.partition.val_fraction > 0 else "global_accuracy"
     sampler = (optuna.samplers.GridSampler(space, seed=int(base.seed)) if grid

@@ -1,7 +1,10 @@
 """What a run leaves behind and how it is read back.
 
-* ``runs`` -- the MLflow store and the orchestrator callback that logs one experiment (params, one metric batch
-  per round, artifacts, the final status).
+* ``runs`` -- the orchestrator callback that logs one experiment (params, one metric batch per round, artifacts,
+  the final status); re-exports the public names of ``store``, ``heartbeat`` and ``resume``.
+* ``store`` -- where the MLflow store and the checkpoints are (``tracking.uri`` / ``store_dir``), opening it.
+* ``heartbeat`` -- a run's heartbeat tag and the one rule that says when a RUNNING run is stale.
+* ``resume`` -- studies find their earlier runs by key and continue, replace or leave alone the unfinished ones.
 * ``reports`` -- tables and figures built from MLflow runs and from partitions (``flplat table``,
   ``flplat noniid-plot``).
 * ``compare`` -- ``flplat compare``: final metrics mean ± std over seeds and per-round curves with a band.

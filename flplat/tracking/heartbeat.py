@@ -1,0 +1,118 @@
+"""Liveness of runs: a heartbeat tag refreshed by a thread, and the one rule that says when a RUNNING run is dead.
+
+A run killed outright (SIGKILL, power cut, lost node) stays RUNNING in the store; only its heartbeat tag
+(``flplat.heartbeat``, unix time) stops. It counts as **stale** once that heartbeat is older than
+
+    tracking.stale_beats × tracking.heartbeat_s + tracking.stale_margin_s      (default 3 × 30 s + 60 s = 150 s)
+
+(:func:`stale_after_s`): a few missed beats, plus a margin for a slow or locked store and clocks that differ between
+machines. The run writes its own threshold in the tag ``flplat.stale_after_s`` when its heartbeat starts, and every
+check reads it from there (:func:`stale_after`; runs older than that tag: the rule on their ``flplat.heartbeat_s``
+tag with the default beats and margin). All the places that judge a run by its heartbeat use this rule:
+``flplat runs --stale``, ``flplat run --resume`` (refused while the run is not stale, unless ``--force``), the
+studies' resume of their interrupted runs (:mod:`flplat.tracking.resume`) and the grace period of Optuna's trial
+heartbeat (:func:`optuna_heartbeat`, :func:`flplat.studies.tuning.make_storage`).
+
+Light on purpose (no torch, no MLflow import): the CLI imports it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from flplat.config import TrackingConfig
+
+HEARTBEAT_TAG = "flplat.heartbeat"  # unix time (s) of the last sign of life of a RUNNING run
+HEARTBEAT_INTERVAL_TAG = "flplat.heartbeat_s"
+STALE_AFTER_TAG = "flplat.stale_after_s"  # the run's own threshold (stale_after_s of its config)
+
+_DEFAULTS = TrackingConfig()
+DEFAULT_HEARTBEAT_S = float(_DEFAULTS.heartbeat_s)
+DEFAULT_STALE_BEATS = int(_DEFAULTS.stale_beats)
+DEFAULT_STALE_MARGIN_S = float(_DEFAULTS.stale_margin_s)
+
+
+def stale_after_s(heartbeat_s: float = DEFAULT_HEARTBEAT_S, beats: int = DEFAULT_STALE_BEATS,
+                  margin_s: float = DEFAULT_STALE_MARGIN_S) -> float:
+    """THE rule: the heartbeat age (s) beyond which a RUNNING run counts as dead."""
+    return beats * float(heartbeat_s) + float(margin_s)
+
+
+def config_stale_after_s(tracking_cfg) -> float:
+    """:func:`stale_after_s` of a ``tracking`` config section."""
+    return stale_after_s(tracking_cfg.heartbeat_s, tracking_cfg.stale_beats, tracking_cfg.stale_margin_s)
+
+
+def optuna_heartbeat(tracking_cfg=None) -> tuple[int, int]:
+    """(heartbeat_interval, grace_period) of Optuna's RDB storage: the runs' heartbeat and :func:`stale_after_s`,
+    rounded up to whole seconds (Optuna takes integers); ``None``: the defaults."""
+    cfg = tracking_cfg if tracking_cfg is not None else _DEFAULTS
+    interval = max(1, math.ceil(float(cfg.heartbeat_s)))
+    return interval, math.ceil(stale_after_s(interval, cfg.stale_beats, cfg.stale_margin_s))
+
+
+class Heartbeat:
+    """A daemon thread refreshing the heartbeat tag of a run (and of its parent: a sweep or study parent then
+    looks alive exactly while one of its children does) every ``interval`` seconds, whatever a round's length.
+    A SIGKILL or a power cut stops it, so a RUNNING run whose heartbeat is older than ``stale_after`` (default:
+    :func:`stale_after_s` of ``interval``; written once as the tag ``flplat.stale_after_s``) is stale
+    (:func:`stale_runs`)."""
+
+    def __init__(self, client, run_ids: list[str], interval: float, stale_after: float | None = None):
+        import threading
+
+        self.client, self.run_ids, self.interval = client, [r for r in run_ids if r], float(interval)
+        self.stale_after = float(stale_after) if stale_after is not None else stale_after_s(self.interval)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="flplat-heartbeat", daemon=True)
+
+    def beat(self) -> None:
+        now = str(int(time.time()))
+        for r in self.run_ids:
+            self.client.set_tag(r, HEARTBEAT_TAG, now)
+            self.client.set_tag(r, HEARTBEAT_INTERVAL_TAG, str(self.interval))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.beat()
+            except Exception:  # a failing store is reported by the round's logging, not by this thread
+                pass
+
+    def start(self) -> None:
+        for r in self.run_ids:
+            self.client.set_tag(r, STALE_AFTER_TAG, f"{self.stale_after:g}")
+        self.beat()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def heartbeat_age(run, now: float | None = None) -> float:
+    """Seconds since the run's last heartbeat (since its start when it has none)."""
+    now = time.time() if now is None else now
+    beat = run.data.tags.get(HEARTBEAT_TAG)
+    return now - (float(beat) if beat is not None else run.info.start_time / 1000.0)
+
+
+def stale_after(run) -> float:
+    """The heartbeat age beyond which this RUNNING run counts as dead: its ``flplat.stale_after_s`` tag, else
+    :func:`stale_after_s` of its ``flplat.heartbeat_s`` tag (default 30 s)."""
+    tags = run.data.tags
+    if STALE_AFTER_TAG in tags:
+        return float(tags[STALE_AFTER_TAG])
+    return stale_after_s(float(tags.get(HEARTBEAT_INTERVAL_TAG, DEFAULT_HEARTBEAT_S)))
+
+
+def is_stale(run, now: float | None = None) -> bool:
+    """A RUNNING run that shows no sign of life: heartbeat older than :func:`stale_after`, or no heartbeat at all
+    for that long since its start (runs started before heartbeats existed, or parents whose children all died)."""
+    return run.info.status == "RUNNING" and heartbeat_age(run, now) > stale_after(run)
+
+
+def stale_runs(client, experiment_ids: list[str], now: float | None = None) -> list:
+    """The RUNNING runs of these experiments that are stale (:func:`is_stale`)."""
+    runs = client.search_runs(experiment_ids, "attributes.status = 'RUNNING'", max_results=10000)
+    return [r for r in runs if is_stale(r, now)]

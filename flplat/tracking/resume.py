@@ -1,0 +1,123 @@
+"""Studies (sweep, tune, reproduce) continue their own interrupted runs: a run is found by a key tag, a child run by
+its config hash (:func:`flplat.config.config_key`), a sweep / study parent by the hash of what defines the study.
+An unfinished run is continued from its checkpoint, replaced, or -- while it still shows a live heartbeat
+(:func:`flplat.tracking.heartbeat.is_stale`) -- left alone; every decision is one line on stderr.
+"""
+
+from __future__ import annotations
+
+from flplat.tracking.heartbeat import heartbeat_age, is_stale, stale_after
+from flplat.tracking.store import checkpoint_path, open_client, store_uris
+
+CONFIG_KEY_TAG = "flplat.config_key"  # config_key(cfg) of the run (set when the run is created)
+STUDY_KEY_TAG = "flplat.study_key"  # on a sweep / tune parent: what defines the study (its command)
+SUPERSEDED_TAG = "flplat.superseded_by"  # an unfinished run another run replaced (resumed id, or why)
+REPLACES_TAG = "flplat.replaces"  # on the new run: the unfinished runs it replaced (no checkpoint to resume)
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def runs_by_key(client, experiment_id: str, tag: str, key: str, parent_run_id: str | None = None) -> list:
+    """Runs of the experiment whose ``tag`` is ``key`` (and nested under ``parent_run_id`` when given), newest
+    first."""
+    filt = f"tags.`{tag}` = '{key}'"
+    if parent_run_id:
+        filt += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
+    runs = client.search_runs([experiment_id], filt, max_results=10000)
+    return sorted(runs, key=lambda r: r.info.start_time, reverse=True)
+
+
+def interrupted(run, now: float | None = None) -> bool:
+    """A run that stopped before its end and can be continued: KILLED (Ctrl-C, SIGTERM, ``runs --stale
+    --mark``), FAILED other than by divergence (a store failure, a crash: resuming a diverged run would diverge
+    again), or RUNNING without a live heartbeat (SIGKILL, power cut); not one already replaced by another run."""
+    if SUPERSEDED_TAG in run.data.tags:
+        return False
+    status = run.info.status
+    if status == "FAILED":
+        return not run.data.tags.get("flplat.error", "").startswith("diverged")
+    return status == "KILLED" or is_stale(run, now)
+
+
+def alive_note(run, what: str, now: float | None = None) -> str:
+    """One line for an unfinished run that still shows a heartbeat (another process, or a kill moments ago)."""
+    age, limit = heartbeat_age(run, now), stale_after(run)
+    return (f"flplat: {what} {run.info.run_id} is RUNNING with a heartbeat {age:.0f} s old (stale after {limit:.0f} "
+            "s): left alone, a new one starts; after a kill, re-run once it is stale to resume it")
+
+
+def reopen_parent(client, experiment_id: str, study_key: str, what: str) -> str | None:
+    """The newest interrupted parent run of the study ``study_key`` (a sweep or tune command run before),
+    RUNNING again (tag ``flplat.resumed`` counts the re-openings); None when there is none to re-open."""
+    runs = [r for r in runs_by_key(client, experiment_id, STUDY_KEY_TAG, study_key)
+            if "mlflow.parentRunId" not in r.data.tags]
+    for r in runs:
+        if interrupted(r):
+            n = int(r.data.tags.get("flplat.resumed", "0")) + 1
+            client.update_run(r.info.run_id, status="RUNNING")
+            client.set_tag(r.info.run_id, "flplat.resumed", str(n))
+            _say(f"flplat: re-opening the {what} parent run {r.info.run_id} ({r.info.status}); its finished runs are "
+                 "kept, its interrupted ones resumed")
+            return r.info.run_id
+        if r.info.status == "RUNNING":
+            _say(alive_note(r, f"{what} parent run"))
+    return None
+
+
+def claim_unfinished(tracking_cfg, key: str) -> tuple[dict | None, list[str]]:
+    """What a study does with the earlier runs of one config (``key``: its config hash) in the experiment of
+    ``tracking_cfg`` and under its ``parent_run_id`` (any parent when None):
+
+    * the newest interrupted one (:func:`interrupted`) that has a checkpoint is continued: returns its checkpoint
+      payload (:func:`flplat.engine.checkpoint.load`), to pass to :func:`flplat.experiment.run` as ``resume``;
+    * the other unfinished ones (interrupted, or FAILED by divergence) are marked (tag ``flplat.superseded_by``:
+      the resumed run, or "a new run ..."); stale RUNNING ones end KILLED (tag ``flplat.stale``); with no
+      checkpoint to resume, returns their ids (the new run tags them as ``flplat.replaces``);
+    * RUNNING runs with a live heartbeat are left alone (another process trains them, or a kill was moments ago).
+
+    Every decision is said in one line on stderr."""
+    from flplat.engine import checkpoint
+
+    uri, _ = store_uris(tracking_cfg.uri, tracking_cfg.store_dir, getattr(tracking_cfg, "artifact_root", None))
+    client = open_client(uri)
+    exp = client.get_experiment_by_name(tracking_cfg.experiment)
+    if exp is None:
+        return None, []
+    runs = runs_by_key(client, exp.experiment_id, CONFIG_KEY_TAG, key, tracking_cfg.parent_run_id)
+    resume, resume_id, others = None, None, []
+    for r in runs:
+        if SUPERSEDED_TAG in r.data.tags or r.info.status not in ("KILLED", "FAILED", "RUNNING"):
+            continue
+        if r.info.status == "RUNNING" and not is_stale(r):
+            _say(alive_note(r, "run"))
+            continue
+        path = checkpoint_path(tracking_cfg, r.info.run_id)
+        if resume is None and interrupted(r) and path.is_file():  # (not a diverged one: it would diverge again)
+            try:
+                resume, resume_id = checkpoint.load(path), r.info.run_id
+                continue
+            except Exception as e:  # unreadable (a disk that filled up mid-write, another version)
+                _say(f"flplat: checkpoint {path} of run {r.info.run_id} is unreadable ({type(e).__name__}: "
+                     f"{str(e).strip()[:200]}); not resumed")
+        others.append(r)
+    if resume_id:
+        _say(f"flplat: resuming run {resume_id} of this config after round {resume['round']} (its checkpoint)")
+    for r in others:
+        why = resume_id or "a new run (no checkpoint to resume: restarted from round 0)"
+        if resume_id:
+            _say(f"flplat: older interrupted run {r.info.run_id} of this config is tagged {SUPERSEDED_TAG}="
+                 f"{resume_id}")
+        else:
+            state = "was left RUNNING (stale)" if r.info.status == "RUNNING" else f"ended {r.info.status}"
+            why_not = "diverged" if not interrupted(r) else "without a checkpoint to resume"
+            _say(f"flplat: run {r.info.run_id} of this config {state} {why_not}: a new run starts from round 0 (the "
+                 f"old one is tagged {SUPERSEDED_TAG})")
+        client.set_tag(r.info.run_id, SUPERSEDED_TAG, why)
+        if r.info.status == "RUNNING":
+            client.set_tag(r.info.run_id, "flplat.stale", "true")
+            client.set_terminated(r.info.run_id, "KILLED")
+    return resume, ([] if resume_id else [r.info.run_id for r in others])
