@@ -16,7 +16,7 @@ Framework"), as pure functions.
   over the clusters (its "clustering distribution", §VI-D).
 * :func:`emd_to_target` -- Eq. 4: EMD (POT ``ot.emd2``) between the target's and every client's histogram with
   the Euclidean distances between the K-means centroids as ground cost. Laplace noise spreads the centroids, so
-  with the raw distances the EMD *grows* with the noise (measured, see docs/results_earlier.md, PQFed Fig. 3), while the paper's
+  with the raw distances the EMD *grows* with the noise (measured: docs/results_earlier.md), while the paper's
   Fig. 3 shows it flattening; ``ground_cost="normalized"`` (distances over their maximum) gives the flattening.
   The strict / lenient rules compare EMDs with a fraction of their maximum, so they select the same clients
   under either cost.

@@ -2,7 +2,7 @@
 K = 100, every Table II method (the Table II best hyperparameters are the algorithms' defaults), CL (centralised
 training) as the reference line of the paper's table.
 
-Reduced scale (the documented CPU reduction of docs/results_earlier.md, Run B): the ``mlp`` (128-64) instead of the light
+Reduced scale (the CPU reduction of docs/results_earlier.md, Run B): the ``mlp`` (128-64) instead of the light
 CNN (one CNN round took 86-145 s here), T = 20 rounds instead of 40, E = 5, evaluation every 5 rounds.
 
 The Dirichlet α = 0.05 cell of Tables III/IV and Fig. 3 (at every scale) raises ``partition.max_retries`` from
