@@ -484,3 +484,15 @@ def test_a_cell_where_the_metric_is_undefined_is_one_row_with_the_reason_and_run
     tp = next(x for x in flux.TABLES if x.id == "test_phase")
     assert set(tp.undefined) == {"concept_yx_l2", "concept_yx_l5", "concept_yx_l8"}
     assert all(not x.undefined for x in flux.TABLES if x.id != "test_phase")
+
+
+def test_flux_true_m_row_runs_every_seed_like_flux():
+    """The true M of a Flux cell depends on the seed (the partition draws the distributions): under
+    --baseline-seeds its row runs every seed, as Flux's own (the same runs)."""
+    from flplat.studies.papers import flux
+    tau = next(x for x in flux.TABLES if x.id == "tau")
+    jobs = rp.plan("flux", tau, "smoke", [0, 1, 2], ["Flux", "true M", "IFCA"], ["feature_l2"], [], "e", "/tmp/u",
+                   baseline_seeds=1)
+    seeds = {m: sorted(j.seed for j in jobs if j.method == m) for m in ("Flux", "true M", "IFCA")}
+    assert seeds == {"Flux": [0, 1, 2], "true M": [0, 1, 2], "IFCA": [0]}
+    assert {j.key for j in jobs if j.method == "true M"} == {j.key for j in jobs if j.method == "Flux"}

@@ -77,7 +77,7 @@ TABLES = [
     Table("tau", "Flux (MNIST): τ, the number of clusters each clustered method ends with, and the true M", CELLS,
           TAU_METHODS, metric="tau", reference=None, figure=lambda ctx: plot_cells(
               ctx.ours, f"Flux: number of clusters τ and the true M (MNIST, scale {ctx.scale})", "clusters", ctx.path),
-          **{**COMMON, "scale_factor": 1.0, "tie": 0.5}),
+          **{**COMMON, "scale_factor": 1.0, "tie": 0.5, "focus": ["Flux", "Flux-prior", "true M"]}),
     Table("scalability", "Flux App. F.2 / Table 50 (MNIST): 1,200 clients, participation 0.2, known association",
           SCALABILITY_CELLS, [m for m in METHODS if m.name in ("FedAvg", "Flux")],
           metric="known_association_accuracy", scales=SCALABILITY_SCALES, notes=SCALABILITY_NOTES, seeds=[0, 1, 2],
