@@ -184,3 +184,38 @@ def test_whole_run_matches_with_vectorize_on(algorithm):
 def test_vectorize_group_is_validated():
     with pytest.raises(ConfigError, match="federation.vectorize_group"):
         load_config(None, tiny_overrides(**{"federation.vectorize_group": -1}))
+
+
+def test_steps_compute_only_the_columns_of_the_widest_live_batch():
+    # a 33-sample client (its single-sample tail merged: one batch of 33), a 64-sample one (32, 32) and a 70-sample
+    # one (32, 32, 6): the group pads to 33, but step 2 needs 32 columns and step 3 only 6
+    p = _prepare(**{"federation.local_epochs": 1, "federation.batch_size": 32})
+    jobs = [(k, ClientPlan(weights=p.init_weights + 0.01 * k), p.data.indices(k, "train")[:n], 100 + k)
+            for k, n in zip(range(3), (33, 64, 70))]
+    vt = VectorizedTrainer(p.trainer)
+    seen, forward = [], vt._forward
+
+    def recording():
+        f = forward()
+        return lambda ps, x: (seen.append(tuple(x.shape[:2])), f(ps, x))[1]
+
+    vt._forward = recording
+    vec = vt.train(jobs)
+    assert seen == [(3, 33), (2, 32), (1, 6)]  # (live clients, columns) per step
+    _assert_match(vec, [p.trainer.train(*j) for j in jobs])
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one_start_model", "own_start_models"])
+def test_start_weights_are_stacked_once_in_the_gradient_layout(shared):
+    p = _prepare()
+    w = [p.init_weights if shared else p.init_weights + 0.01 * k for k in range(3)]
+    jobs = [(k, ClientPlan(weights=w[k]), p.data.indices(k, "train"), 100 + k) for k in range(3)]
+    vt = VectorizedTrainer(p.trainer)
+    unperm = [tuple(sorted(range(len(o)), key=o.__getitem__)) for o in vt.orders]
+    stacked = vt._stack_start(jobs, unperm)
+    for (a, b, shape), t, u in zip(vt.slots, stacked, unperm):
+        assert t.is_contiguous()
+        for k in range(3):
+            assert torch.equal(t.permute(u)[k], w[k][a:b].view(shape))
+    if shared:  # FedAvg's plans: one global model for every client
+        _assert_match(vt.train(jobs), [p.trainer.train(*j) for j in jobs])

@@ -10,8 +10,9 @@ update on the stacked tensors.
 What is the same as the per-client loop (up to floating-point summation order):
 
 * batches: each client draws ``randperm`` from ``torch.Generator().manual_seed(seed)`` per epoch and cuts it with
-  :func:`~flplat.engine.client.batch_bounds`, exactly as the loop does. Batches are padded to the group's widest
-  batch and the loss is the mean over the client's real samples (a per-sample mask), so padding changes nothing;
+  :func:`~flplat.engine.client.batch_bounds`, exactly as the loop does. A step's batches are padded to the widest
+  batch among the clients still training at that step and the loss is the mean over the client's real samples (a
+  per-sample mask), so padding changes nothing;
 * the optimizer: Adam, AdamW and SGD (momentum, weight decay) with torch.optim's update formulas and fresh state
   per client. Clients are sorted by their number of steps, so at step t the clients still training are a prefix of
   the group; finished clients get neither an update nor an optimizer-state change (Adam's step does not advance);
@@ -140,7 +141,9 @@ class VectorizedTrainer:
         return out
 
     def _schedule(self, jobs: Sequence[Job]):
-        """Per-step pool indices (T, G, W), real-sample mask (T, G, W) and steps per client, as the loop batches."""
+        """Per-step pool indices (T, G, W), real-sample mask (T, G, W), steps per client and per-step widths (the
+        widest batch among the clients still training at step t: a step's real samples are its first columns, so
+        the columns beyond it are padding for every client and are not computed), as the loop batches."""
         bs, per = self.trainer.batch_size, []
         for _, plan, indices, seed in jobs:
             idx = torch.as_tensor(indices, dtype=torch.long)
@@ -163,7 +166,9 @@ class VectorizedTrainer:
             pos = (torch.arange(len(orders))[:, None, None] * n + pos).reshape(-1, width)  # (E·s, W)
             index[:steps[g], g] = torch.cat(orders)[pos]
             mask[:steps[g], g] = valid.repeat(len(orders), 1)
-        return index, mask, steps
+        sizes = [[b - a for a, b in bounds] * len(orders) for orders, bounds in per]
+        widths = [max(w[t] for w in sizes if t < len(w)) for t in range(T)]
+        return index, mask, steps, widths
 
     def _train_group(self, jobs: Sequence[Job], trainable: str, lr: float) -> list[ClientResult]:
         tr, c = self.trainer, self.trainer.opt_cfg
@@ -174,19 +179,14 @@ class VectorizedTrainer:
         if perm != list(range(G)):
             res = self._train_group([jobs[g] for g in perm], trainable, lr)
             return [res[perm.index(g)] for g in range(G)]
-        start = torch.stack([plan.weights for _, plan, _, _ in jobs]).to(dev, torch.float32)  # (G, P)
-        # each stacked tensor is stored contiguous with its dimensions permuted to the memory order of its gradient
-        # (batched matmuls give transposed weight gradients), so the fused optimizer kernels need no copies
-        contiguous = torch.contiguous_format
-        params = [start[:, a:b].reshape(G, *shape).to(p.dtype).permute(order).clone(memory_format=contiguous)
-                  for (a, b, shape), p, order in zip(self.slots, tr.params, self.orders)]
         unperm = [tuple(sorted(range(len(o)), key=o.__getitem__)) for o in self.orders]
+        params = self._stack_start(jobs, unperm)
         for _, plan, _, _ in jobs:
             if plan.hooks:
                 tr.layout.load(plan.weights)  # setup may read the start weights through the context
                 for h in plan.hooks:
                     h.setup(tr.hook_ctx)
-        index, mask, steps = self._schedule(jobs)
+        index, mask, steps, widths = self._schedule(jobs)
         index, mask = index.to(dev), mask.to(dev)
         live = [sum(s > t for s in steps) for t in range(index.shape[0])]  # clients still training: a prefix
         hooked = [g for g, (_, plan, _, _) in enumerate(jobs) if plan.hooks]
@@ -199,7 +199,7 @@ class VectorizedTrainer:
         for t, g_t in enumerate(live):
             leaves = [p[:g_t].detach().requires_grad_(i in train_ids) for i, p in enumerate(params)]
             views = [p.permute(u) for p, u in zip(leaves, unperm)]  # (g_t, *parameter shape)
-            sel, m = index[t, :g_t], mask[t, :g_t]
+            sel, m = index[t, :g_t, :widths[t]], mask[t, :g_t, :widths[t]]
             with fabric.autocast():
                 logits = forward(views, tr.x[sel])  # (g_t, W, C)
                 ce = F.cross_entropy(logits.flatten(0, 1), tr.y[sel].flatten(), reduction="none")
@@ -211,11 +211,34 @@ class VectorizedTrainer:
             grads = torch.autograd.grad(loss.sum(), [leaves[i] for i in train_ids])
             opt.step(grads, g_t)
             loss_sum[:g_t] += loss.detach().float()
-        for (a, b, _), p, u in zip(self.slots, params, unperm):
-            start[:, a:b] = p.permute(u).reshape(G, -1).float()
+        final = torch.empty(G, tr.layout.size, device=dev)  # (G, P): one row per client, returned as views
+        for (a, b, shape), p, u in zip(self.slots, params, unperm):
+            final[:, a:b].view(G, *shape).copy_(p.permute(u))
         losses = loss_sum.tolist()
-        return [ClientResult(client=k, weights=start[g], num_samples=len(idx), train_loss=losses[g] / max(steps[g], 1),
+        return [ClientResult(client=k, weights=final[g], num_samples=len(idx), train_loss=losses[g] / max(steps[g], 1),
                              num_steps=steps[g]) for g, (k, _, idx, _) in enumerate(jobs)]
+
+    def _stack_start(self, jobs: Sequence[Job], unperm: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        """The group's start weights as one ``(G, ...)`` tensor per parameter, each stored contiguous with its
+        dimensions permuted to the memory order of its gradient (batched matmuls give transposed weight gradients),
+        so the fused optimizer kernels need no copies. Each value is copied once, straight from the plans' flat
+        weights; start weights shared by the whole group (one tensor in every plan: FedAvg's global model) are
+        broadcast rather than stacked first."""
+        tr, dev, G = self.trainer, self.trainer.fabric.device, len(jobs)
+        weights = [plan.weights for _, plan, _, _ in jobs]
+        shared = all(w is weights[0] for w in weights)
+        params = []
+        for (a, b, shape), p, order, u in zip(self.slots, tr.params, self.orders, unperm):
+            full = (G, *shape)
+            buf = torch.empty([full[i] for i in order], dtype=p.dtype, device=dev)
+            view = buf.permute(u)  # (G, *shape)
+            if shared:
+                view.copy_(weights[0][a:b].to(dev, torch.float32).reshape(shape).expand(full))
+            else:
+                for g, w in enumerate(weights):
+                    view[g].copy_(w[a:b].to(dev, torch.float32).reshape(shape))
+            params.append(buf)
+        return params
 
     @staticmethod
     def _hook_loss(hooks, params) -> torch.Tensor:
