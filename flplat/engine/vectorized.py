@@ -199,10 +199,12 @@ class VectorizedTrainer:
         for t, g_t in enumerate(live):
             leaves = [p[:g_t].detach().requires_grad_(i in train_ids) for i, p in enumerate(params)]
             views = [p.permute(u) for p, u in zip(leaves, unperm)]  # (g_t, *parameter shape)
-            sel, m = index[t, :g_t, :widths[t]], mask[t, :g_t, :widths[t]]
+            sel, m = index[t, :g_t, :widths[t]].reshape(-1), mask[t, :g_t, :widths[t]]
+            # index_select: the same rows as tr.x[sel], several times faster than advanced indexing on CPU
+            xb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:])
             with fabric.autocast():
-                logits = forward(views, tr.x[sel])  # (g_t, W, C)
-                ce = F.cross_entropy(logits.flatten(0, 1), tr.y[sel].flatten(), reduction="none")
+                logits = forward(views, xb)  # (g_t, W, C)
+                ce = F.cross_entropy(logits.flatten(0, 1), tr.y.index_select(0, sel), reduction="none")
                 loss = (ce.view_as(m) * m).sum(1) / m.sum(1)
                 extra = [self._hook_loss(jobs[g][1].hooks, [p[g] for p in views]) for g in hooked if g < g_t]
                 if extra:
