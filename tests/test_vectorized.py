@@ -219,3 +219,24 @@ def test_start_weights_are_stacked_once_in_the_gradient_layout(shared):
             assert torch.equal(t.permute(u)[k], w[k][a:b].view(shape))
     if shared:  # FedAvg's plans: one global model for every client
         _assert_match(vt.train(jobs), [p.trainer.train(*j) for j in jobs])
+
+
+def test_kept_buffers_are_reused_and_start_clean():
+    p = _prepare()
+    jobs = _jobs(p)
+    vt = VectorizedTrainer(p.trainer)  # federation.vectorize_keep_mib's default: these few clients fit
+    first = vt.train(jobs)
+    ptrs = [b.data_ptr() for bufs in vt._kept for b in bufs]
+    second = vt.train(jobs)  # on the kept buffers, which still hold the first call's parameters and Adam moments
+    assert [b.data_ptr() for bufs in vt._kept for b in bufs] == ptrs
+    for a, b in zip(first, second):  # the first call's results are not views of the reused buffers either
+        assert torch.equal(a.weights, b.weights) and a.train_loss == b.train_loss
+    _assert_match(second, [p.trainer.train(*j) for j in jobs])
+    off = VectorizedTrainer(p.trainer, keep_mib=0)
+    _assert_match(off.train(jobs), second)
+    assert off._kept is None
+
+
+def test_vectorize_keep_mib_is_validated():
+    with pytest.raises(ConfigError, match="federation.vectorize_keep_mib"):
+        load_config(None, tiny_overrides(**{"federation.vectorize_keep_mib": -1}))

@@ -323,12 +323,13 @@ def main(argv=None) -> int:
         res = {}
         for s in order:
             gc.collect()
-            f0, c0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time(), time.perf_counter()
+            u0, c0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), time.perf_counter()
             for r in range(args.rounds):
                 sides[s](r)
             res[s] = (time.perf_counter() - t0) / args.rounds
             cpu[s].append((time.process_time() - c0) / args.rounds)
-            faults[s].append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / args.rounds)
+            u1 = resource.getrusage(resource.RUSAGE_SELF)
+            faults[s].append(((u1.ru_minflt - u0.ru_minflt) / args.rounds, (u1.ru_stime - u0.ru_stime) / args.rounds))
         rows.append((i + 1, res, os.getloadavg()[0]))
 
     print(f"\n{'repeat':>6} {'flplat s/rnd':>12} {'shared':>8} {'stacked':>8} {'flplat/shared':>13} "
@@ -353,8 +354,9 @@ def main(argv=None) -> int:
           + "; ratios " + ", ".join(f"{a} / {b} {r:.2f}x" for (a, b), r in cpu_ratio.items())
           + " (robust to other processes' load with --threads 1)")
     print(f"max |w_flplat - w_stacked| = {diff:.2e} (same work: float rounding only)")
-    print("minor page faults per round (median; fresh memory the kernel zeroes): "
-          + ", ".join(f"{s} {statistics.median(faults[s]):.0f}" for s in SIDES))
+    print("minor page faults per round (fresh memory the kernel maps and zeroes) and the kernel's CPU time per round, "
+          "medians: " + ", ".join(f"{s} {statistics.median(f for f, _ in faults[s]):.0f} / "
+                                  f"{statistics.median(k for _, k in faults[s]):.3f} s" for s in SIDES))
 
     if args.profile:
         print("\ndecomposition of one round (round 1; self time of the ops under torch.profiler, seconds and share of "

@@ -32,6 +32,7 @@ models ``vmap`` cannot run, 16-bit mixed precision (gradient scaler), and client
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,6 +45,7 @@ from flplat.algorithms.base import ClientPlan, ClientResult, LocalHook
 from flplat.engine.client import ClientTrainer, batch_bounds
 
 Job = tuple[int, ClientPlan, np.ndarray, int]  # (client, plan, train indices, seed): ClientTrainer.train's arguments
+KEEP_MIB = 512  # federation.vectorize_keep_mib's default
 
 
 def hook_reason(h: LocalHook) -> str | None:
@@ -60,11 +62,19 @@ def hook_reason(h: LocalHook) -> str | None:
 
 class VectorizedTrainer:
     """Trains groups of at most ``group_size`` clients (0: all at once) with the network, data, optimizer
-    settings, batch size and epochs of an existing :class:`ClientTrainer`."""
+    settings, batch size and epochs of an existing :class:`ClientTrainer`.
 
-    def __init__(self, trainer: ClientTrainer, group_size: int = 0):
+    The stacked parameters and optimizer state of a group are kept for the next group (the next round) while
+    they take at most ``keep_mib`` MiB (``federation.vectorize_keep_mib``; 0: never): freshly allocated, every
+    round's tens of MB of them cost a page fault per 4 KiB page (measured by tools/bench_vec_bound.py: the
+    kernel's page-fault time was ~15 % of a vectorised round of issue 15's setting), reused they cost one
+    overwrite."""
+
+    def __init__(self, trainer: ClientTrainer, group_size: int = 0, keep_mib: int = KEEP_MIB):
         self.trainer = trainer
         self.group_size = group_size
+        self.keep_mib = keep_mib
+        self._kept: list[list[torch.Tensor]] | None = None  # [parameter buffers, moment buffers...], (G_max, ...)
         net = trainer.net
         name_of = {id(p): n for n, p in net.named_parameters()}
         self.names = [name_of[id(p)] for p in trainer.params]  # HookContext.params order
@@ -180,7 +190,9 @@ class VectorizedTrainer:
             res = self._train_group([jobs[g] for g in perm], trainable, lr)
             return [res[perm.index(g)] for g in range(G)]
         unperm = [tuple(sorted(range(len(o)), key=o.__getitem__)) for o in self.orders]
-        params = self._stack_start(jobs, unperm)
+        train_ids = self.parts[trainable]
+        bufs, state = self._workspace(G, FunctionalOptimizer.moments(c.name, c.momentum), train_ids)
+        params = self._stack_start(jobs, unperm, bufs)
         for _, plan, _, _ in jobs:
             if plan.hooks:
                 tr.layout.load(plan.weights)  # setup may read the start weights through the context
@@ -190,8 +202,7 @@ class VectorizedTrainer:
         index, mask = index.to(dev), mask.to(dev)
         live = [sum(s > t for s in steps) for t in range(index.shape[0])]  # clients still training: a prefix
         hooked = [g for g, (_, plan, _, _) in enumerate(jobs) if plan.hooks]
-        train_ids = self.parts[trainable]
-        opt = FunctionalOptimizer(c.name, [params[i] for i in train_ids], lr, c.momentum, c.weight_decay)
+        opt = FunctionalOptimizer(c.name, [params[i] for i in train_ids], lr, c.momentum, c.weight_decay, state=state)
         forward = self._forward()
         torch.manual_seed(jobs[0][3])  # dropout masks of this group (vmap randomness="different")
         tr.module.train()
@@ -220,19 +231,43 @@ class VectorizedTrainer:
         return [ClientResult(client=k, weights=final[g], num_samples=len(idx), train_loss=losses[g] / max(steps[g], 1),
                              num_steps=steps[g]) for g, (k, _, idx, _) in enumerate(jobs)]
 
-    def _stack_start(self, jobs: Sequence[Job], unperm: list[tuple[int, ...]]) -> list[torch.Tensor]:
+    def _workspace(self, G: int, moments: int, train_ids: list[int]):
+        """Buffers for the stacked parameters (each ``(G, ...)`` in its stored order; contents undefined) and
+        zeroed optimizer-state buffers (``moments`` lists, over ``train_ids``): prefixes of the kept ones when
+        all of them fit ``keep_mib`` MiB, else fresh ones (not kept)."""
+        tr, dev = self.trainer, self.trainer.fabric.device
+        stored = [[(G, *shape)[i] for i in order][1:] for (_, _, shape), order in zip(self.slots, self.orders)]
+
+        def fresh(n: int) -> list[torch.Tensor]:
+            return [torch.empty([n, *s], dtype=p.dtype, device=dev) for s, p in zip(stored, tr.params)]
+
+        per_client = sum(math.prod(s) * p.element_size() for s, p in zip(stored, tr.params))
+        kept = self._kept
+        if kept is None or kept[0][0].shape[0] < G or len(kept) < 1 + moments:
+            cap = max(G, kept[0][0].shape[0] if kept else 0)
+            if (1 + moments) * cap * per_client > self.keep_mib * 2 ** 20:
+                params = fresh(G)
+                return params, [[torch.zeros_like(params[i]) for i in train_ids] for _ in range(moments)]
+            self._kept = kept = None  # let the smaller ones go first
+            kept = self._kept = [fresh(cap) for _ in range(1 + moments)]
+        return ([b[:G] for b in kept[0]],
+                [[kept[1 + j][i][:G].zero_() for i in train_ids] for j in range(moments)])
+
+    def _stack_start(self, jobs: Sequence[Job], unperm: list[tuple[int, ...]],
+                     bufs: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
         """The group's start weights as one ``(G, ...)`` tensor per parameter, each stored contiguous with its
         dimensions permuted to the memory order of its gradient (batched matmuls give transposed weight gradients),
         so the fused optimizer kernels need no copies. Each value is copied once, straight from the plans' flat
-        weights; start weights shared by the whole group (one tensor in every plan: FedAvg's global model) are
-        broadcast rather than stacked first."""
+        weights, into ``bufs`` (fresh buffers when None); start weights shared by the whole group (one tensor in
+        every plan: FedAvg's global model) are broadcast rather than stacked first."""
         tr, dev, G = self.trainer, self.trainer.fabric.device, len(jobs)
         weights = [plan.weights for _, plan, _, _ in jobs]
         shared = all(w is weights[0] for w in weights)
         params = []
         for (a, b, shape), p, order, u in zip(self.slots, tr.params, self.orders, unperm):
             full = (G, *shape)
-            buf = torch.empty([full[i] for i in order], dtype=p.dtype, device=dev)
+            buf = bufs[len(params)] if bufs is not None else torch.empty([full[i] for i in order], dtype=p.dtype,
+                                                                          device=dev)
             view = buf.permute(u)  # (G, *shape)
             if shared:
                 view.copy_(weights[0][a:b].to(dev, torch.float32).reshape(shape).expand(full))
@@ -268,15 +303,22 @@ class FunctionalOptimizer:
     single-tensor formulas out and is bit-identical to it. State is fresh at construction."""
 
     def __init__(self, name: str, params: list[torch.Tensor], lr: float, momentum: float, weight_decay: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True,
+                 state: list[list[torch.Tensor]] | None = None):
         if name not in ("adam", "adamw", "sgd"):
             raise ValueError(f"unknown optimizer {name!r}")
         self.name, self.params, self.lr, self.momentum, self.wd = name, params, lr, momentum, weight_decay
         self.betas, self.eps, self.t = betas, eps, 0
         self.fused = fused and hasattr(torch, "_fused_adam_") and all(
             p.device.type in ("cpu", "cuda") and _dense(p[:1]) for p in params)  # a prefix of clients: dense too
-        moments = 2 if name != "sgd" else int(momentum != 0)
-        self.state = [[torch.zeros_like(p) for p in params] for _ in range(moments)]
+        # fresh state: zeros (``state``: zeroed buffers shaped like ``params``, one list per moment, to use instead)
+        self.state = state if state is not None else [[torch.zeros_like(p) for p in params]
+                                                      for _ in range(self.moments(name, momentum))]
+
+    @staticmethod
+    def moments(name: str, momentum: float) -> int:
+        """State tensors per parameter: Adam's two moments, SGD's momentum buffer (none without momentum)."""
+        return 2 if name != "sgd" else int(momentum != 0)
 
     @torch.no_grad()
     def step(self, grads: Sequence[torch.Tensor], g: int) -> None:
