@@ -28,6 +28,7 @@ Python and dispatch between the ops).
     python tools/bench_vec_bound.py                         # issue 15's setting, 1 thread, 3 repeats
     python tools/bench_vec_bound.py --profile               # plus the decomposition
     python tools/bench_vec_bound.py --threads 2 --repeats 5
+    python tools/bench_vec_bound.py --baseline 42a9701      # adds flplat@REV: vectorized.py of a git revision
 
 Setting (issue 15): FMNIST, K = 100, Dirichlet α = 0.3, q = 0.5, batch 32, Adam 1e-3, MLP 784-200-200-10, E = 1,
 tracking off.
@@ -265,6 +266,23 @@ def decompose(fn) -> tuple[dict[str, float], float, float]:
     return cats, wall, plain
 
 
+def baseline_module(rev: str):
+    """flplat/engine/vectorized.py as of git revision ``rev``, imported as a separate module."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    src = subprocess.run(["git", "show", f"{rev}:flplat/engine/vectorized.py"], cwd=root, check=True,
+                         capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="vec-baseline-")) / "vectorized_baseline.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("vectorized_baseline", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 # ------------------------------------------------------------------------------------------- driver
 
 
@@ -284,6 +302,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--group", type=int, default=0, help="federation.vectorize_group (0: all clients of a round)")
     ap.add_argument("--profile", action="store_true", help="decompose one round of each side (torch.profiler)")
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="also time flplat/engine/vectorized.py as of git revision REV (side 'flplat@REV')")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     args.model = "mlp"
@@ -309,6 +329,12 @@ def main(argv=None) -> int:
         "shared": lambda r: run_shared(layers0, x, y, jobs[r], args),
         "stacked": lambda r: run_stacked(layers0, x, y, jobs[r], args),
     }
+    names = list(SIDES)
+    if args.baseline:
+        old = LocalExecutor(tr, p.data, args.seed)
+        old.vectorized = baseline_module(args.baseline).VectorizedTrainer(tr, args.group)
+        sides[f"flplat@{args.baseline}"] = lambda r: run_flplat(old, p.init_weights, sels[r], r + 1)
+        names.append(f"flplat@{args.baseline}")
     print(f"python {platform.python_version()}  torch {torch.__version__}  threads={torch.get_num_threads()}  "
           f"cpus={os.cpu_count()}  {platform.machine()}")
     n = p.data.num_samples("train")
@@ -320,11 +346,13 @@ def main(argv=None) -> int:
     a = run_flplat(ex, p.init_weights, sels[0], 1)  # warm-up (untimed), and the check that stacked does the same
     b = sides["stacked"](0)
     sides["shared"](0)
+    for extra in names[len(SIDES):]:
+        sides[extra](0)
     diff = max((u - v).abs().max().item() for u, v in zip(a, b))
 
-    rows, faults, cpu = [], {s: [] for s in SIDES}, {s: [] for s in SIDES}
+    rows, faults, cpu = [], {s: [] for s in names}, {s: [] for s in names}
     for i in range(args.repeats):
-        order = SIDES if i % 2 == 0 else SIDES[::-1]
+        order = names if i % 2 == 0 else names[::-1]
         res = {}
         for s in order:
             gc.collect()
@@ -343,7 +371,7 @@ def main(argv=None) -> int:
         print(f"{i:>6} {r['flplat']:>12.3f} {r['shared']:>8.3f} {r['stacked']:>8.3f} "
               f"{r['flplat'] / r['shared']:>13.2f} {r['stacked'] / r['shared']:>14.2f} "
               f"{r['flplat'] / r['stacked']:>14.2f} {load:>6.2f}")
-    med = {s: statistics.median(r[s] for _, r, _ in rows) for s in SIDES}
+    med = {s: statistics.median(r[s] for _, r, _ in rows) for s in names}
 
     def ratio(a, b):
         return statistics.median(r[a] / r[b] for _, r, _ in rows)
@@ -358,10 +386,15 @@ def main(argv=None) -> int:
     print("CPU time (process) per round, median: " + ", ".join(f"{s} {statistics.median(cpu[s]):.3f}" for s in SIDES)
           + "; ratios " + ", ".join(f"{a} / {b} {r:.2f}x" for (a, b), r in cpu_ratio.items())
           + " (robust to other processes' load with --threads 1)")
+    if args.baseline:
+        b = names[-1]
+        print(f"{b}: median {med[b]:.3f} s/round; flplat / {b}: wall "
+              f"{statistics.median(r['flplat'] / r[b] for _, r, _ in rows):.3f}x, CPU time "
+              f"{statistics.median(x / y for x, y in zip(cpu['flplat'], cpu[b])):.3f}x")
     print(f"max |w_flplat - w_stacked| = {diff:.2e} (same work: float rounding only)")
     print("minor page faults per round (fresh memory the kernel maps and zeroes) and the kernel's CPU time per round, "
           "medians: " + ", ".join(f"{s} {statistics.median(f for f, _ in faults[s]):.0f} / "
-                                  f"{statistics.median(k for _, k in faults[s]):.3f} s" for s in SIDES))
+                                  f"{statistics.median(k for _, k in faults[s]):.3f} s" for s in names))
 
     if args.profile:
         print("\ndecomposition of one round (round 1): self time of the ops under torch.profiler by category, seconds "
