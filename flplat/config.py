@@ -132,7 +132,8 @@ class FederationConfig:
     vectorize: bool = False  # train clients in vmap groups (flplat/engine/vectorized.py); falls back per client, logged
     vectorize_group: int = 0  # max clients per vmap group; 0: all of a round's (same lr / trainable) clients
     vectorize_keep_mib: int = 512  # keep a vmap group's stacked parameters and optimizer state for the next group
-    #                                while they take at most this many MiB (reused, not page-faulted in anew); 0: never
+    #                                while they take at most this many MiB (reused, not page-faulted in anew), and
+    #                                (glibc) let the process keep up to this many MiB of freed memory; 0: neither
     failures: FailuresConfig = field(default_factory=FailuresConfig)
 
 
