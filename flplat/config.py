@@ -131,6 +131,9 @@ class FederationConfig:
     keep_client_state: bool = False  # keep that subdirectory after the run
     vectorize: bool = False  # train clients in vmap groups (flplat/engine/vectorized.py); falls back per client, logged
     vectorize_group: int = 0  # max clients per vmap group; 0: all of a round's (same lr / trainable) clients
+    vectorize_keep_mib: int = 512  # keep a vmap group's stacked parameters and optimizer state for the next group
+    #                                while they take at most this many MiB (reused, not page-faulted in anew), and
+    #                                (glibc) let the process keep up to this many MiB of freed memory; 0: neither
     failures: FailuresConfig = field(default_factory=FailuresConfig)
 
 
@@ -372,6 +375,8 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_range(f.eval_batch_size >= 1, "federation.eval_batch_size", f.eval_batch_size, "an integer >= 1")
     check_range(f.vectorize_group >= 0, "federation.vectorize_group", f.vectorize_group,
                 "an integer >= 0 (0: no limit)")
+    check_range(f.vectorize_keep_mib >= 0, "federation.vectorize_keep_mib", f.vectorize_keep_mib,
+                "an integer >= 0 (0: keep nothing)")
     check_range(f.eval_group_size >= 0, "federation.eval_group_size", f.eval_group_size,
                 "an integer >= 0 (0: automatic)")
     for k in ("dropout", "straggler", "corrupt"):

@@ -220,7 +220,7 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     if p.strategy.info.state_dir is not None:
         cbs.append(ClientStateCleanup(p.strategy.info.state_dir, bool(f.keep_client_state)))
     executor = make_executor(p.trainer, p.data, int(cfg.seed), bool(f.vectorize), int(f.vectorize_group),
-                             int(f.eval_group_size))
+                             int(f.eval_group_size), int(f.vectorize_keep_mib))
     orch = Orchestrator(p.strategy, executor, p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs,
                         int(cfg.federation.accuracy_window), metrics_cfg=cfg.metrics,

@@ -25,6 +25,9 @@ def test_balance_is_greedy_and_complete():
     assert balance([5], 3) == [[0], [], []]
 
 
+VECTORIZED = ["fedavg:vec", "fedprox:vec"]  # federation.vectorize=true with fabric.devices=2 (issue 15, item 5)
+
+
 @pytest.fixture(scope="module")
 def sharded_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("shard") / "out.json"
@@ -32,7 +35,8 @@ def sharded_results(tmp_path_factory):
     for k in ("LOCAL_RANK", "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "PYTEST_XDIST_WORKER"):
         env.pop(k, None)
     res = subprocess.run([sys.executable, str(REPO / "tests" / "sharded_runner.py"), str(out), "2",
-                          *sorted(ALGORITHMS)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+                          *sorted(ALGORITHMS), *VECTORIZED], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -54,6 +58,26 @@ def test_two_processes_match_one(name, sharded_results):
         assert a.keys() == b.keys()
         for k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), (name, k)
+
+
+@pytest.mark.parametrize("item", VECTORIZED)
+def test_two_processes_with_vectorized_clients_match_one_process_loop(item, sharded_results):
+    # each process trains its shard of the round's clients as one stacked group; the per-client loop in one
+    # process is the reference (the tolerance of tests/test_vectorized.py's whole-run comparison: float rounding)
+    name = item.split(":")[0]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(None, tiny_overrides(**{"algorithm.name": name, "fabric.num_threads": 1,
+                                                  "federation.rounds": 3, **ALGORITHM_OVERRIDES.get(name, {})}))
+        single, _ = run(cfg, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    sharded = sharded_results[item]
+    assert len(sharded) == len(single.history)
+    for a, b in zip(single.history, sharded):
+        for k in a.keys() - {"round_time_s"}:
+            assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), (item, k)
 
 
 def test_mean_groups_opt_in_is_not_inherited_by_an_overridden_aggregate(tiny_cfg):

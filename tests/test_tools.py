@@ -12,6 +12,8 @@ from conftest import REPO
 @pytest.mark.parametrize("script, args, expect", [
     ("bench_fedavg.py", ["--rounds", "1", "--repeats", "1", "--no-warmup"], "median"),
     ("bench_vectorized.py", ["--rounds", "2", "--repeats", "1", "--clients", "20"], "median"),
+    ("bench_vec_bound.py", ["--dataset", "digits", "--clients", "20", "--hidden", "16", "--rounds", "1",
+                            "--repeats", "1", "--profile"], "float rounding only"),
     ("bench_clustering.py", ["--clients", "30", "--repeats", "0"], "median"),
     ("bench_eval.py", ["--clients", "40", "--hidden", "16", "--repeats", "1"], "batched / lower bound"),
     pytest.param("bench_e2e.py", ["--clients", "20", "--hidden", "16", "--rounds", "2", "--repeats", "1",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import platform
+import sys
 
 import numpy as np
 import pytest
@@ -184,3 +186,75 @@ def test_whole_run_matches_with_vectorize_on(algorithm):
 def test_vectorize_group_is_validated():
     with pytest.raises(ConfigError, match="federation.vectorize_group"):
         load_config(None, tiny_overrides(**{"federation.vectorize_group": -1}))
+
+
+def test_steps_compute_only_the_columns_of_the_widest_live_batch():
+    # a 33-sample client (its single-sample tail merged: one batch of 33), a 64-sample one (32, 32) and a 70-sample
+    # one (32, 32, 6): the group pads to 33, but step 2 needs 32 columns and step 3 only 6
+    p = _prepare(**{"federation.local_epochs": 1, "federation.batch_size": 32})
+    jobs = [(k, ClientPlan(weights=p.init_weights + 0.01 * k), p.data.indices(k, "train")[:n], 100 + k)
+            for k, n in zip(range(3), (33, 64, 70))]
+    vt = VectorizedTrainer(p.trainer)
+    seen, forward = [], vt._forward
+
+    def recording():
+        f = forward()
+        return lambda ps, x: (seen.append(tuple(x.shape[:2])), f(ps, x))[1]
+
+    vt._forward = recording
+    vec = vt.train(jobs)
+    assert seen == [(3, 33), (2, 32), (1, 6)]  # (live clients, columns) per step
+    _assert_match(vec, [p.trainer.train(*j) for j in jobs])
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one_start_model", "own_start_models"])
+def test_start_weights_are_stacked_once_in_the_gradient_layout(shared):
+    p = _prepare()
+    w = [p.init_weights if shared else p.init_weights + 0.01 * k for k in range(3)]
+    jobs = [(k, ClientPlan(weights=w[k]), p.data.indices(k, "train"), 100 + k) for k in range(3)]
+    vt = VectorizedTrainer(p.trainer)
+    unperm = [tuple(sorted(range(len(o)), key=o.__getitem__)) for o in vt.orders]
+    stacked = vt._stack_start(jobs, unperm)
+    for (a, b, shape), t, u in zip(vt.slots, stacked, unperm):
+        assert t.is_contiguous()
+        for k in range(3):
+            assert torch.equal(t.permute(u)[k], w[k][a:b].view(shape))
+    if shared:  # FedAvg's plans: one global model for every client
+        _assert_match(vt.train(jobs), [p.trainer.train(*j) for j in jobs])
+
+
+def test_kept_buffers_are_reused_and_start_clean():
+    p = _prepare()
+    jobs = _jobs(p)
+    vt = VectorizedTrainer(p.trainer)  # federation.vectorize_keep_mib's default: these few clients fit
+    first = vt.train(jobs)
+    ptrs = [b.data_ptr() for bufs in vt._kept for b in bufs]
+    second = vt.train(jobs)  # on the kept buffers, which still hold the first call's parameters and Adam moments
+    assert [b.data_ptr() for bufs in vt._kept for b in bufs] == ptrs
+    for a, b in zip(first, second):  # the first call's results are not views of the reused buffers either
+        assert torch.equal(a.weights, b.weights) and a.train_loss == b.train_loss
+    _assert_match(second, [p.trainer.train(*j) for j in jobs])
+    off = VectorizedTrainer(p.trainer, keep_mib=0)
+    _assert_match(off.train(jobs), second)
+    assert off._kept is None
+
+
+def test_vectorize_keep_mib_is_validated():
+    with pytest.raises(ConfigError, match="federation.vectorize_keep_mib"):
+        load_config(None, tiny_overrides(**{"federation.vectorize_keep_mib": -1}))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_keep_mib_lets_the_allocator_keep_freed_memory(monkeypatch):
+    import flplat.engine.vectorized as vectorized
+
+    calls = []
+    monkeypatch.setattr(vectorized, "_mallopt", lambda param, value: calls.append((param, value)) or True)
+    monkeypatch.setattr(vectorized, "_retained_mib", 0)
+    p = _prepare()
+    VectorizedTrainer(p.trainer, keep_mib=0)
+    assert calls == []  # federation.vectorize_keep_mib=0: the allocator's defaults stay
+    VectorizedTrainer(p.trainer, keep_mib=64)
+    assert calls == [(vectorized.M_MMAP_THRESHOLD, 32 << 20), (vectorized.M_TRIM_THRESHOLD, 64 << 20)]
+    VectorizedTrainer(p.trainer, keep_mib=32)  # already retaining more: nothing to change
+    assert len(calls) == 2

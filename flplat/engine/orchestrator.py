@@ -42,13 +42,14 @@ class LocalExecutor:
     """
 
     def __init__(self, trainer: ClientTrainer, data: FederatedData, seed: int, vectorize: bool = False,
-                 vectorize_group: int = 0, eval_group_size: int = 0):
-        from flplat.engine.vectorized import VectorizedTrainer
+                 vectorize_group: int = 0, eval_group_size: int = 0, vectorize_keep_mib: int | None = None):
+        from flplat.engine.vectorized import KEEP_MIB, VectorizedTrainer
 
         self.trainer = trainer
         self.data = data
         self.seed = seed
-        self.vectorized = VectorizedTrainer(trainer, vectorize_group) if vectorize else None
+        keep = KEEP_MIB if vectorize_keep_mib is None else vectorize_keep_mib
+        self.vectorized = VectorizedTrainer(trainer, vectorize_group, keep) if vectorize else None
         self._fallback_logged = False
         self.eval_group_size = eval_group_size  # federation.eval_group_size (personal models per vmap group)
         self._split_rows: dict[str, SplitRows] = {}

@@ -227,7 +227,7 @@ def default_threads(world_size: int) -> int:
 
 
 def make_executor(trainer, data, seed: int, vectorize: bool = False, vectorize_group: int = 0,
-                  eval_group_size: int = 0) -> LocalExecutor:
+                  eval_group_size: int = 0, vectorize_keep_mib: int | None = None) -> LocalExecutor:
     cls = ShardedExecutor if trainer.fabric.world_size > 1 else LocalExecutor
-    return cls(trainer, data, seed, vectorize, vectorize_group, eval_group_size)
+    return cls(trainer, data, seed, vectorize, vectorize_group, eval_group_size, vectorize_keep_mib)
 

@@ -10,8 +10,9 @@ update on the stacked tensors.
 What is the same as the per-client loop (up to floating-point summation order):
 
 * batches: each client draws ``randperm`` from ``torch.Generator().manual_seed(seed)`` per epoch and cuts it with
-  :func:`~flplat.engine.client.batch_bounds`, exactly as the loop does. Batches are padded to the group's widest
-  batch and the loss is the mean over the client's real samples (a per-sample mask), so padding changes nothing;
+  :func:`~flplat.engine.client.batch_bounds`, exactly as the loop does. A step's batches are padded to the widest
+  batch among the clients still training at that step and the loss is the mean over the client's real samples (a
+  per-sample mask), so padding changes nothing;
 * the optimizer: Adam, AdamW and SGD (momentum, weight decay) with torch.optim's update formulas and fresh state
   per client. Clients are sorted by their number of steps, so at step t the clients still training are a prefix of
   the group; finished clients get neither an update nor an optimizer-state change (Adam's step does not advance);
@@ -31,6 +32,10 @@ models ``vmap`` cannot run, 16-bit mixed precision (gradient scaler), and client
 
 from __future__ import annotations
 
+import ctypes
+import math
+import platform
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,6 +48,36 @@ from flplat.algorithms.base import ClientPlan, ClientResult, LocalHook
 from flplat.engine.client import ClientTrainer, batch_bounds
 
 Job = tuple[int, ClientPlan, np.ndarray, int]  # (client, plan, train indices, seed): ClientTrainer.train's arguments
+KEEP_MIB = 512  # federation.vectorize_keep_mib's default
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+MMAP_THRESHOLD = 32 << 20  # glibc's largest mmap threshold (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit)
+_retained_mib = 0  # what retain_freed_memory last set in this process
+
+
+def _mallopt(param: int, value: int) -> bool:
+    libc = ctypes.CDLL(None)  # the C library this process runs on
+    return bool(libc.mallopt(ctypes.c_int(param), ctypes.c_int(value)))
+
+
+def retain_freed_memory(mib: int) -> bool:
+    """glibc only, process-wide: serve blocks up to 32 MiB from the heap instead of fresh ``mmap`` s (which the kernel
+    maps and zeroes page by page on first touch, then unmaps on free) and give the heap's free top back to the OS
+    only once more than ``mib`` MiB are free there. A vectorised step's gradients are tens of MB each (50 clients
+    × 0.8 MB for issue 15's MLP) and glibc's defaults returned them to the OS every step: the kernel's page-fault
+    time was ~10 % of the round (tools/bench_vec_bound.py, "minor page faults"). Peak memory is unchanged; up to
+    ``mib`` MiB of freed memory stay with the process. No-op (False) for ``mib`` <= 0 and off glibc."""
+    global _retained_mib
+    if mib <= 0 or not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return False
+    if mib <= _retained_mib:
+        return True
+    try:
+        ok = _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and _mallopt(M_TRIM_THRESHOLD, min(mib, 2047) << 20)
+    except (OSError, AttributeError):
+        return False
+    if ok:
+        _retained_mib = mib
+    return ok
 
 
 def hook_reason(h: LocalHook) -> str | None:
@@ -59,11 +94,21 @@ def hook_reason(h: LocalHook) -> str | None:
 
 class VectorizedTrainer:
     """Trains groups of at most ``group_size`` clients (0: all at once) with the network, data, optimizer
-    settings, batch size and epochs of an existing :class:`ClientTrainer`."""
+    settings, batch size and epochs of an existing :class:`ClientTrainer`.
 
-    def __init__(self, trainer: ClientTrainer, group_size: int = 0):
+    The stacked parameters and optimizer state of a group are kept for the next group (the next round) while
+    they take at most ``keep_mib`` MiB (``federation.vectorize_keep_mib``; 0: never): freshly allocated, every
+    round's tens of MB of them cost a page fault per 4 KiB page (measured by tools/bench_vec_bound.py: the
+    kernel's page-fault time was ~15 % of a vectorised round of issue 15's setting), reused they cost one
+    overwrite. For the same reason ``keep_mib`` > 0 also lets the C allocator keep that much freed memory for the
+    per-step gradients (:func:`retain_freed_memory`)."""
+
+    def __init__(self, trainer: ClientTrainer, group_size: int = 0, keep_mib: int = KEEP_MIB):
         self.trainer = trainer
         self.group_size = group_size
+        self.keep_mib = keep_mib
+        self._kept: list[list[torch.Tensor]] | None = None  # [parameter buffers, moment buffers...], (G_max, ...)
+        retain_freed_memory(keep_mib)
         net = trainer.net
         name_of = {id(p): n for n, p in net.named_parameters()}
         self.names = [name_of[id(p)] for p in trainer.params]  # HookContext.params order
@@ -140,7 +185,9 @@ class VectorizedTrainer:
         return out
 
     def _schedule(self, jobs: Sequence[Job]):
-        """Per-step pool indices (T, G, W), real-sample mask (T, G, W) and steps per client, as the loop batches."""
+        """Per-step pool indices (T, G, W), real-sample mask (T, G, W), steps per client and per-step widths (the
+        widest batch among the clients still training at step t: a step's real samples are its first columns, so
+        the columns beyond it are padding for every client and are not computed), as the loop batches."""
         bs, per = self.trainer.batch_size, []
         for _, plan, indices, seed in jobs:
             idx = torch.as_tensor(indices, dtype=torch.long)
@@ -163,7 +210,9 @@ class VectorizedTrainer:
             pos = (torch.arange(len(orders))[:, None, None] * n + pos).reshape(-1, width)  # (E·s, W)
             index[:steps[g], g] = torch.cat(orders)[pos]
             mask[:steps[g], g] = valid.repeat(len(orders), 1)
-        return index, mask, steps
+        sizes = [[b - a for a, b in bounds] * len(orders) for orders, bounds in per]
+        widths = [max(w[t] for w in sizes if t < len(w)) for t in range(T)]
+        return index, mask, steps, widths
 
     def _train_group(self, jobs: Sequence[Job], trainable: str, lr: float) -> list[ClientResult]:
         tr, c = self.trainer, self.trainer.opt_cfg
@@ -174,24 +223,20 @@ class VectorizedTrainer:
         if perm != list(range(G)):
             res = self._train_group([jobs[g] for g in perm], trainable, lr)
             return [res[perm.index(g)] for g in range(G)]
-        start = torch.stack([plan.weights for _, plan, _, _ in jobs]).to(dev, torch.float32)  # (G, P)
-        # each stacked tensor is stored contiguous with its dimensions permuted to the memory order of its gradient
-        # (batched matmuls give transposed weight gradients), so the fused optimizer kernels need no copies
-        contiguous = torch.contiguous_format
-        params = [start[:, a:b].reshape(G, *shape).to(p.dtype).permute(order).clone(memory_format=contiguous)
-                  for (a, b, shape), p, order in zip(self.slots, tr.params, self.orders)]
         unperm = [tuple(sorted(range(len(o)), key=o.__getitem__)) for o in self.orders]
+        train_ids = self.parts[trainable]
+        bufs, state = self._workspace(G, FunctionalOptimizer.moments(c.name, c.momentum), train_ids)
+        params = self._stack_start(jobs, unperm, bufs)
         for _, plan, _, _ in jobs:
             if plan.hooks:
                 tr.layout.load(plan.weights)  # setup may read the start weights through the context
                 for h in plan.hooks:
                     h.setup(tr.hook_ctx)
-        index, mask, steps = self._schedule(jobs)
+        index, mask, steps, widths = self._schedule(jobs)
         index, mask = index.to(dev), mask.to(dev)
         live = [sum(s > t for s in steps) for t in range(index.shape[0])]  # clients still training: a prefix
         hooked = [g for g, (_, plan, _, _) in enumerate(jobs) if plan.hooks]
-        train_ids = self.parts[trainable]
-        opt = FunctionalOptimizer(c.name, [params[i] for i in train_ids], lr, c.momentum, c.weight_decay)
+        opt = FunctionalOptimizer(c.name, [params[i] for i in train_ids], lr, c.momentum, c.weight_decay, state=state)
         forward = self._forward()
         torch.manual_seed(jobs[0][3])  # dropout masks of this group (vmap randomness="different")
         tr.module.train()
@@ -199,10 +244,12 @@ class VectorizedTrainer:
         for t, g_t in enumerate(live):
             leaves = [p[:g_t].detach().requires_grad_(i in train_ids) for i, p in enumerate(params)]
             views = [p.permute(u) for p, u in zip(leaves, unperm)]  # (g_t, *parameter shape)
-            sel, m = index[t, :g_t], mask[t, :g_t]
+            sel, m = index[t, :g_t, :widths[t]].reshape(-1), mask[t, :g_t, :widths[t]]
+            # index_select: the same rows as tr.x[sel], several times faster than advanced indexing on CPU
+            xb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:])
             with fabric.autocast():
-                logits = forward(views, tr.x[sel])  # (g_t, W, C)
-                ce = F.cross_entropy(logits.flatten(0, 1), tr.y[sel].flatten(), reduction="none")
+                logits = forward(views, xb)  # (g_t, W, C)
+                ce = F.cross_entropy(logits.flatten(0, 1), tr.y.index_select(0, sel), reduction="none")
                 loss = (ce.view_as(m) * m).sum(1) / m.sum(1)
                 extra = [self._hook_loss(jobs[g][1].hooks, [p[g] for p in views]) for g in hooked if g < g_t]
                 if extra:
@@ -211,11 +258,58 @@ class VectorizedTrainer:
             grads = torch.autograd.grad(loss.sum(), [leaves[i] for i in train_ids])
             opt.step(grads, g_t)
             loss_sum[:g_t] += loss.detach().float()
-        for (a, b, _), p, u in zip(self.slots, params, unperm):
-            start[:, a:b] = p.permute(u).reshape(G, -1).float()
+        final = torch.empty(G, tr.layout.size, device=dev)  # (G, P): one row per client, returned as views
+        for (a, b, shape), p, u in zip(self.slots, params, unperm):
+            final[:, a:b].view(G, *shape).copy_(p.permute(u))
         losses = loss_sum.tolist()
-        return [ClientResult(client=k, weights=start[g], num_samples=len(idx), train_loss=losses[g] / max(steps[g], 1),
+        return [ClientResult(client=k, weights=final[g], num_samples=len(idx), train_loss=losses[g] / max(steps[g], 1),
                              num_steps=steps[g]) for g, (k, _, idx, _) in enumerate(jobs)]
+
+    def _workspace(self, G: int, moments: int, train_ids: list[int]):
+        """Buffers for the stacked parameters (each ``(G, ...)`` in its stored order; contents undefined) and
+        zeroed optimizer-state buffers (``moments`` lists, over ``train_ids``): prefixes of the kept ones when
+        all of them fit ``keep_mib`` MiB, else fresh ones (not kept)."""
+        tr, dev = self.trainer, self.trainer.fabric.device
+        stored = [[(G, *shape)[i] for i in order][1:] for (_, _, shape), order in zip(self.slots, self.orders)]
+
+        def fresh(n: int) -> list[torch.Tensor]:
+            return [torch.empty([n, *s], dtype=p.dtype, device=dev) for s, p in zip(stored, tr.params)]
+
+        per_client = sum(math.prod(s) * p.element_size() for s, p in zip(stored, tr.params))
+        kept = self._kept
+        if kept is None or kept[0][0].shape[0] < G or len(kept) < 1 + moments:
+            cap = max(G, kept[0][0].shape[0] if kept else 0)
+            if (1 + moments) * cap * per_client > self.keep_mib * 2 ** 20:
+                params = fresh(G)
+                return params, [[torch.zeros_like(params[i]) for i in train_ids] for _ in range(moments)]
+            self._kept = kept = None  # let the smaller ones go first
+            kept = self._kept = [fresh(cap) for _ in range(1 + moments)]
+        return ([b[:G] for b in kept[0]],
+                [[kept[1 + j][i][:G].zero_() for i in train_ids] for j in range(moments)])
+
+    def _stack_start(self, jobs: Sequence[Job], unperm: list[tuple[int, ...]],
+                     bufs: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """The group's start weights as one ``(G, ...)`` tensor per parameter, each stored contiguous with its
+        dimensions permuted to the memory order of its gradient (batched matmuls give transposed weight gradients),
+        so the fused optimizer kernels need no copies. Each value is copied once, straight from the plans' flat
+        weights, into ``bufs`` (fresh buffers when None); start weights shared by the whole group (one tensor in
+        every plan: FedAvg's global model) are broadcast rather than stacked first."""
+        tr, dev, G = self.trainer, self.trainer.fabric.device, len(jobs)
+        weights = [plan.weights for _, plan, _, _ in jobs]
+        shared = all(w is weights[0] for w in weights)
+        params = []
+        for (a, b, shape), p, order, u in zip(self.slots, tr.params, self.orders, unperm):
+            full = (G, *shape)
+            buf = bufs[len(params)] if bufs is not None else torch.empty([full[i] for i in order], dtype=p.dtype,
+                                                                          device=dev)
+            view = buf.permute(u)  # (G, *shape)
+            if shared:
+                view.copy_(weights[0][a:b].to(dev, torch.float32).reshape(shape).expand(full))
+            else:
+                for g, w in enumerate(weights):
+                    view[g].copy_(w[a:b].to(dev, torch.float32).reshape(shape))
+            params.append(buf)
+        return params
 
     @staticmethod
     def _hook_loss(hooks, params) -> torch.Tensor:
@@ -243,15 +337,22 @@ class FunctionalOptimizer:
     single-tensor formulas out and is bit-identical to it. State is fresh at construction."""
 
     def __init__(self, name: str, params: list[torch.Tensor], lr: float, momentum: float, weight_decay: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True,
+                 state: list[list[torch.Tensor]] | None = None):
         if name not in ("adam", "adamw", "sgd"):
             raise ValueError(f"unknown optimizer {name!r}")
         self.name, self.params, self.lr, self.momentum, self.wd = name, params, lr, momentum, weight_decay
         self.betas, self.eps, self.t = betas, eps, 0
         self.fused = fused and hasattr(torch, "_fused_adam_") and all(
             p.device.type in ("cpu", "cuda") and _dense(p[:1]) for p in params)  # a prefix of clients: dense too
-        moments = 2 if name != "sgd" else int(momentum != 0)
-        self.state = [[torch.zeros_like(p) for p in params] for _ in range(moments)]
+        # fresh state: zeros (``state``: zeroed buffers shaped like ``params``, one list per moment, to use instead)
+        self.state = state if state is not None else [[torch.zeros_like(p) for p in params]
+                                                      for _ in range(self.moments(name, momentum))]
+
+    @staticmethod
+    def moments(name: str, momentum: float) -> int:
+        """State tensors per parameter: Adam's two moments, SGD's momentum buffer (none without momentum)."""
+        return 2 if name != "sgd" else int(momentum != 0)
 
     @torch.no_grad()
     def step(self, grads: Sequence[torch.Tensor], g: int) -> None:
