@@ -35,7 +35,10 @@ SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=30"],  # 20 clients (1
           "reduced": ["partition.samples_per_client=500", "federation.optimizer.lr=0.03"]}
 NOTES = {"smoke": "CI size: 30 samples per client, 2 rounds of 1 epoch, the MLP",
          "reduced": "500 samples per client instead of the whole pool dealt evenly (about 3,000), SGD lr 0.03 instead "
-                    "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper"}
+                    "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper. pFedMe runs with its own paper's "
+                    "λ = 15, K = 5, η = 0.005, η_p = 0.1 (Flux gives none) and stays near chance in 10 rounds, also at "
+                    "the paper's data size: its rows are not a fair comparison (docs/results.md, 'pFedMe under Flux's "
+                    "protocol')"}
 COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005,
               focus=["Flux", "Flux-prior"])
 
