@@ -184,3 +184,20 @@ def test_the_flplat_command_ends_through_exit_now():
     p = _py("import flplat.cli as c, sys; c.exit_now = lambda rc: print('exit_now', rc); "
             "sys.argv = ['flplat', 'list']; c.entry()")
     assert p.returncode == 0 and p.stdout.rstrip().endswith("exit_now 0")
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """``flplat list | head -1``: the closed pipe gives no traceback, only the SIGPIPE status 141."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the command writes its first line
+    try:
+        p = subprocess.run([sys.executable, "-m", "flplat.cli", "list"], stdout=w, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert "Traceback" not in p.stderr and "BrokenPipeError" not in p.stderr, p.stderr
+    assert p.returncode == 141

@@ -145,5 +145,14 @@ def exit_now(rc: int) -> None:
 
 
 def entry() -> None:
-    """The ``flplat`` command (and ``python -m flplat.cli``): :func:`main`, then :func:`exit_now`."""
-    exit_now(main())
+    """The ``flplat`` command (and ``python -m flplat.cli``): :func:`main`, then :func:`exit_now`. A reader that
+    stops early (``flplat list | head -1``) ends the command quietly: stdout goes to devnull (as the Python docs
+    advise for SIGPIPE) and the status is 141, the shell's for a process killed by SIGPIPE."""
+    try:
+        rc = main()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        rc = 141
+    exit_now(rc)
