@@ -41,16 +41,21 @@ def sharded_results(tmp_path_factory):
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
-def test_two_processes_match_one(name, sharded_results):
+def _one_process(name):
+    """The reference: the tiny 3-round run of ``name`` in this process, one thread, the per-client loop."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         cfg = load_config(None, tiny_overrides(**{"algorithm.name": name, "fabric.num_threads": 1,
                                                   "federation.rounds": 3, **ALGORITHM_OVERRIDES.get(name, {})}))
-        single, _ = run(cfg, progress=False)
+        return run(cfg, progress=False)[0]
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_two_processes_match_one(name, sharded_results):
+    single = _one_process(name)
     sharded = sharded_results[name]
     assert len(sharded) == len(single.history)
     for a, b in zip(single.history, sharded):
@@ -64,15 +69,7 @@ def test_two_processes_match_one(name, sharded_results):
 def test_two_processes_with_vectorized_clients_match_one_process_loop(item, sharded_results):
     # each process trains its shard of the round's clients as one stacked group; the per-client loop in one
     # process is the reference (the tolerance of tests/test_vectorized.py's whole-run comparison: float rounding)
-    name = item.split(":")[0]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cfg = load_config(None, tiny_overrides(**{"algorithm.name": name, "fabric.num_threads": 1,
-                                                  "federation.rounds": 3, **ALGORITHM_OVERRIDES.get(name, {})}))
-        single, _ = run(cfg, progress=False)
-    finally:
-        torch.set_num_threads(threads)
+    single = _one_process(item.split(":")[0])
     sharded = sharded_results[item]
     assert len(sharded) == len(single.history)
     for a, b in zip(single.history, sharded):
