@@ -246,15 +246,15 @@ def test_vectorize_keep_mib_is_validated():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_keep_mib_lets_the_allocator_keep_freed_memory(monkeypatch):
-    import flplat.engine.vectorized as vectorized
+    import flplat.engine.memory as memory
 
     calls = []
-    monkeypatch.setattr(vectorized, "_mallopt", lambda param, value: calls.append((param, value)) or True)
-    monkeypatch.setattr(vectorized, "_retained_mib", 0)
+    monkeypatch.setattr(memory, "_mallopt", lambda param, value: calls.append((param, value)) or True)
+    monkeypatch.setattr(memory, "_retained_mib", 0)
     p = _prepare()
     VectorizedTrainer(p.trainer, keep_mib=0)
     assert calls == []  # federation.vectorize_keep_mib=0: the allocator's defaults stay
     VectorizedTrainer(p.trainer, keep_mib=64)
-    assert calls == [(vectorized.M_MMAP_THRESHOLD, 32 << 20), (vectorized.M_TRIM_THRESHOLD, 64 << 20)]
+    assert calls == [(memory.M_MMAP_THRESHOLD, 32 << 20), (memory.M_TRIM_THRESHOLD, 64 << 20)]
     VectorizedTrainer(p.trainer, keep_mib=32)  # already retaining more: nothing to change
     assert len(calls) == 2
