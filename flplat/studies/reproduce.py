@@ -121,63 +121,12 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         t_start = time.perf_counter()
         status = "FAILED"
         try:
-            ours: dict[tuple[str, str], list[float]] = {}
             run_ids: dict[tuple[str, str], list[str]] = {}
-            skips: dict[tuple[str, str], list[tuple[int, str]]] = {}  # (cell, method) -> [(seed, why not run)]
             if t.kind == "train":
-                reasons: dict[str, str] = {}
-                metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only, reasons)
-                row_metric = {m.name: m.metric for m in t.methods}
-                col_metric = {c.id: c.metric for c in t.cells}
-                records = []
-                for j in jobs:
-                    run_id, m = metrics.get(j.key, (None, {}))
-                    if run_id is None and j.key in reasons:
-                        skips.setdefault((j.cell, j.method), []).append((j.seed, reasons[j.key]))
-                    if run_id:
-                        run_ids.setdefault((j.cell, j.method), []).append(run_id)
-                    v = store.value(run_id, m, row_metric[j.method] or col_metric[j.cell] or t.metric)
-                    if v is not None:
-                        ours.setdefault((j.cell, j.method), []).append(v)
-                    if run_id:
-                        records.append({"table": t.id, "cell": j.cell, "method": j.method, "seed": j.seed,
-                                        "run_id": run_id, "config_key": j.key, "value": v, "metrics": m})
-                if out_dir:  # the raw per-run records behind the table
-                    import json
-
-                    Path(out_dir).mkdir(parents=True, exist_ok=True)
-                    with open(Path(out_dir) / f"{paper}_{t.id}_runs.jsonl", "w") as fh:
-                        fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+                ours, run_ids, skips = _collect_train(paper, t, jobs, store, parent, n_jobs, render_only, out_dir)
             else:
-                for s in sd:  # seeds outside: an analysis may cache per seed what its cells share
-                    for c in select(t.cells, cells, "cells", "id"):
-                        t0 = time.perf_counter()
-                        try:
-                            rows = t.analyze(c, s, scale)
-                        except InfeasiblePartitionError as e:  # the data cannot meet this cell: skip it, say why
-                            print(f"{t.id} {c.id} seed {s}: skipped ({e})", file=sys.stderr, flush=True)
-                            for m in t.methods:
-                                skips.setdefault((c.id, m.name), []).append((s, str(e)))
-                            continue
-                        for name, v in rows.items():
-                            ours.setdefault((c.id, name), []).append(v)
-                        print(f"{t.id} {c.id} seed {s} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr,
-                              flush=True)
-                ours = {k: ours[k] for k in sorted(ours, key=lambda k: [c.id for c in t.cells].index(k[0]))}
-                for (cid, name), vals in ours.items():
-                    key = re.sub(r"[^\w\-. /]", "_", f"{cid}.{name}")[:250]  # MLflow's allowed characters
-                    store.client.log_metric(parent, key, statistics.fmean(vals))
-            src = values.get("tables", {}).get(t.id, {}).get("source", "")
-            subs = [t.substitute] if t.substitute else [f"{c.id}: {c.substitute}" for c in t.cells if c.substitute]
-            seeds_note = ", ".join(map(str, sd))
-            if t.kind == "train" and baseline_seeds is not None and baseline_seeds < len(sd):
-                full = [m.name for m in t.methods if t.all_seeds(m.name)]
-                seeds_note += (f" for {', '.join(full)}; {', '.join(map(str, sd[:baseline_seeds]))} for the other "
-                               "methods (CPU time)")
-            cell_notes = [f"{c.id}: {c.note}" for c in select(t.cells, cells, "cells", "id") if c.note]
-            header = (f"Paper: {src}. Scale `{scale}`: {note}. Seeds: {seeds_note}." +
-                      (f" The paper's dataset differs ({'; '.join(subs)}): only its claim is judged." if subs else "") +
-                      (f" Per cell: {'; '.join(cell_notes)}." if cell_notes else ""))
+                ours, skips = _collect_analysis(t, sd, cells, scale, store, parent)
+            header = _header(t, values, scale, note, sd, cells, baseline_seeds)
             text = render_table(t, values, ours, header, cells, methods, skips)
             store.client.log_text(parent, text, f"reproduce/{t.id}.md")
             if t.figure and ours:
@@ -212,6 +161,80 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         finally:
             store.client.set_terminated(parent, status)
     return "\n".join(texts)
+
+
+def _collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: str, n_jobs: int, render_only: bool,
+                   out_dir: str | None):
+    """Run (or find) a train table's jobs: our values and run ids per (cell, method), the skipped seeds with their
+    reasons, and (``out_dir``) the raw per-run records behind the table as JSON lines."""
+    ours: dict[tuple[str, str], list[float]] = {}
+    run_ids: dict[tuple[str, str], list[str]] = {}
+    skips: dict[tuple[str, str], list[tuple[int, str]]] = {}  # (cell, method) -> [(seed, why not run)]
+    reasons: dict[str, str] = {}
+    metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only, reasons)
+    row_metric = {m.name: m.metric for m in t.methods}
+    col_metric = {c.id: c.metric for c in t.cells}
+    records = []
+    for j in jobs:
+        run_id, m = metrics.get(j.key, (None, {}))
+        if run_id is None and j.key in reasons:
+            skips.setdefault((j.cell, j.method), []).append((j.seed, reasons[j.key]))
+        if run_id:
+            run_ids.setdefault((j.cell, j.method), []).append(run_id)
+        v = store.value(run_id, m, row_metric[j.method] or col_metric[j.cell] or t.metric)
+        if v is not None:
+            ours.setdefault((j.cell, j.method), []).append(v)
+        if run_id:
+            records.append({"table": t.id, "cell": j.cell, "method": j.method, "seed": j.seed,
+                            "run_id": run_id, "config_key": j.key, "value": v, "metrics": m})
+    if out_dir:  # the raw per-run records behind the table
+        import json
+
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(out_dir) / f"{paper}_{t.id}_runs.jsonl", "w") as fh:
+            fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    return ours, run_ids, skips
+
+
+def _collect_analysis(t: Table, sd: Sequence[int], cells, scale: str, store: Store, parent: str):
+    """An analysis table's values per (cell, row) over the seeds (each mean logged to ``parent``) and the cells
+    skipped because the data cannot meet them, with the reason."""
+    ours: dict[tuple[str, str], list[float]] = {}
+    skips: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for s in sd:  # seeds outside: an analysis may cache per seed what its cells share
+        for c in select(t.cells, cells, "cells", "id"):
+            t0 = time.perf_counter()
+            try:
+                rows = t.analyze(c, s, scale)
+            except InfeasiblePartitionError as e:  # the data cannot meet this cell: skip it, say why
+                print(f"{t.id} {c.id} seed {s}: skipped ({e})", file=sys.stderr, flush=True)
+                for m in t.methods:
+                    skips.setdefault((c.id, m.name), []).append((s, str(e)))
+                continue
+            for name, v in rows.items():
+                ours.setdefault((c.id, name), []).append(v)
+            print(f"{t.id} {c.id} seed {s} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
+    ours = {k: ours[k] for k in sorted(ours, key=lambda k: [c.id for c in t.cells].index(k[0]))}
+    for (cid, name), vals in ours.items():
+        key = re.sub(r"[^\w\-. /]", "_", f"{cid}.{name}")[:250]  # MLflow's allowed characters
+        store.client.log_metric(parent, key, statistics.fmean(vals))
+    return ours, skips
+
+
+def _header(t: Table, values: dict, scale: str, note: str, sd: Sequence[int], cells,
+            baseline_seeds: int | None) -> str:
+    """The line above a table: the paper's source, the scale's reductions, the seeds, substitutes and cell notes."""
+    src = values.get("tables", {}).get(t.id, {}).get("source", "")
+    subs = [t.substitute] if t.substitute else [f"{c.id}: {c.substitute}" for c in t.cells if c.substitute]
+    seeds_note = ", ".join(map(str, sd))
+    if t.kind == "train" and baseline_seeds is not None and baseline_seeds < len(sd):
+        full = [m.name for m in t.methods if t.all_seeds(m.name)]
+        seeds_note += (f" for {', '.join(full)}; {', '.join(map(str, sd[:baseline_seeds]))} for the other "
+                       "methods (CPU time)")
+    cell_notes = [f"{c.id}: {c.note}" for c in select(t.cells, cells, "cells", "id") if c.note]
+    return (f"Paper: {src}. Scale `{scale}`: {note}. Seeds: {seeds_note}." +
+            (f" The paper's dataset differs ({'; '.join(subs)}): only its claim is judged." if subs else "") +
+            (f" Per cell: {'; '.join(cell_notes)}." if cell_notes else ""))
 
 
 def listing() -> str:
