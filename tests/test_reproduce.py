@@ -422,6 +422,18 @@ def test_compatible_accepts_only_new_keys_at_their_defaults():
     assert rp.compatible(old, old, {}) == []
 
 
+def test_an_earlier_flux_run_does_not_stand_for_one_with_the_noise_guard():
+    """``algorithm.knee_guard`` was added with a default (noise) that changes Flux's clustering: a Flux run made
+    before it ran without the guard, so it stands only for a run asking for ``none``; Flux-prior (K-means) is
+    unaffected and its earlier runs still stand."""
+    old = {"seed": "0", "algorithm.name": "flux", "algorithm.clustering": "dbscan"}
+    defaults = {"algorithm.knee_guard": "noise"}
+    assert rp.compatible({**old, "algorithm.knee_guard": "noise"}, old, defaults) is None
+    assert rp.compatible({**old, "algorithm.knee_guard": "none"}, old, defaults) == ["algorithm.knee_guard"]
+    prior = {**old, "algorithm.name": "flux_prior", "algorithm.clustering": "kmeans"}
+    assert rp.compatible({**prior, "algorithm.knee_guard": "noise"}, prior, defaults) == ["algorithm.knee_guard"]
+
+
 def test_run_params_are_what_the_run_logs_without_tracking():
     from flplat.config import flatten, loggable
     from flplat.experiment import load_config

@@ -54,7 +54,15 @@ from flplat.algorithms.base import ClientPlan, ClusteredStrategy, true_m
 from flplat.engine.state import ServerState, derive_seed
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import fedavg, fedavg_by_group, stack
-from flplat.maths.clustering import KNEE_RULES, NO_KNEE_RULES, adaptive_dbscan, dynamic_start, kmeans
+from flplat.maths.clustering import (
+    GUARD_CODES,
+    KNEE_GUARDS,
+    KNEE_RULES,
+    NO_KNEE_RULES,
+    adaptive_dbscan,
+    dynamic_start,
+    kmeans,
+)
 from flplat.maths.flux_descriptors import (
     DescriptorScaler,
     add_laplace,
@@ -63,6 +71,7 @@ from flplat.maths.flux_descriptors import (
     merge_bounds,
     moments,
     projected_ranges,
+    sampling_variance,
     shared_pca,
 )
 
@@ -123,6 +132,9 @@ class Flux(ClusteredStrategy):
         dbscan_scaling: float = 1.0  # eps = knee × scaling (paper: 1.0 MNIST/CIFAR-10, 0.95 FMNIST, 0.98 CIFAR-100)
         dbscan_min_samples: int = 2
         knee: str = "kneedle"  # how the knee is found: kneedle (difference-curve max) | kneed (library) | gap
+        knee_guard: str = "noise"  # noise: decide curves with no dense->sparse transition by sampling noise | none
+        knee_noise_ratio: float = 1.2  # nearest neighbours within this × the sampling-noise distance are "dense"
+        knee_noise_jump: float = 2.0  # all beyond noise and no step this large in the MST edges: all singletons
         no_knee: str = "max"  # eps when no knee is found: max | median of the nearest-other distances
         num_clusters: int = 0  # kmeans: M; 0: the partition's true number of distributions (error without one)
         kmeans_seed: int = 0
@@ -155,6 +167,9 @@ class Flux(ClusteredStrategy):
         need(cfg.dbscan_scaling > 0, "dbscan_scaling", "a number > 0")
         need(cfg.dbscan_min_samples >= 1, "dbscan_min_samples", "an integer >= 1")
         choice("knee", KNEE_RULES)
+        choice("knee_guard", KNEE_GUARDS)
+        need(cfg.knee_noise_ratio > 0, "knee_noise_ratio", "a number > 0")
+        need(cfg.knee_noise_jump > 1, "knee_noise_jump", "a number > 1")
         choice("no_knee", NO_KNEE_RULES)
         need(cfg.num_clusters >= 0, "num_clusters", "an integer >= 0 (0: the partition's true M)")
         need(cfg.kmeans_n_init >= 1, "kmeans_n_init", "an integer >= 1")
@@ -211,15 +226,21 @@ class Flux(ClusteredStrategy):
         mins, maxs = state.extra["scaler"]
         return DescriptorScaler(int(state.extra["pca_components"].shape[0]), mins, maxs, self.cfg.missing_fill)
 
-    def _cluster(self, state, d: np.ndarray) -> np.ndarray:
-        cfg = self.cfg
+    def _cluster(self, state, d: np.ndarray, clients: np.ndarray) -> np.ndarray:
+        cfg, ex = self.cfg, state.extra
         with threadpool_limits(limits=1):
             if cfg.clustering == "kmeans":
                 k = int(min(cfg.num_clusters, len(np.unique(d, axis=0))))
                 return kmeans(d, k, cfg.kmeans_seed, cfg.kmeans_n_init)[0]
-            res = adaptive_dbscan(d, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee, cfg.knee)
-        state.extra["dbscan_eps"] = res.eps
-        state.extra["knee_found"] = float(res.knee_found)
+            var = None
+            if cfg.knee_guard == "noise":
+                var = sampling_variance(d, self._scaler(state), self.info.num_samples[clients], self.info.num_classes,
+                                        cfg.dp_epsilon, ex["pca_ranges"])
+            res = adaptive_dbscan(d, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee, cfg.knee, var,
+                                  cfg.knee_noise_ratio, cfg.knee_noise_jump)
+        ex["dbscan_eps"] = res.eps
+        ex["knee_found"] = float(res.knee_found)
+        ex["knee_guard"] = float(GUARD_CODES.index(res.guard))
         return res.labels
 
     @staticmethod
@@ -243,7 +264,7 @@ class Flux(ClusteredStrategy):
         d = scaler.transform(raw)
         ex["descriptors"] = np.full((self.info.num_clients, d.shape[1]), np.nan)
         ex["descriptors"][clients] = d
-        labels = self._cluster(state, d)
+        labels = self._cluster(state, d, np.asarray(clients))
         ex["centroids"] = self._centroids(d, labels)
         state.clusters = w[None].repeat(int(labels.max()) + 1, 1)
         state.assignment[clients] = labels
@@ -260,7 +281,7 @@ class Flux(ClusteredStrategy):
         ex["descriptors"][clients] = self._scaler(state).transform(self._describe(state, clients, ops))
         known = np.flatnonzero(np.isfinite(ex["descriptors"][:, 0]))
         d = ex["descriptors"][known]
-        labels = self._cluster(state, d)
+        labels = self._cluster(state, d, known)
         cents = self._centroids(d, labels)
         prev = cdist(cents, ex["centroids"]).argmin(axis=1)
         state.clusters = state.clusters[torch.as_tensor(prev)].clone()
@@ -361,6 +382,8 @@ class Flux(ClusteredStrategy):
             m["descriptor_bytes_per_client"] = float(self._length(state) * 4)
         if "dbscan_eps" in ex:
             m["dbscan_eps"] = float(ex["dbscan_eps"])
+            m["dbscan_knee_found"] = ex["knee_found"]
+            m["dbscan_guard"] = ex["knee_guard"]  # index in GUARD_CODES: 0 knee, 1 within, 2 beyond
         return m
 
     def _known(self, state):

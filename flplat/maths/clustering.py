@@ -155,6 +155,8 @@ def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol, job
 
 NO_KNEE_RULES = ("max", "median")
 KNEE_RULES = ("kneedle", "kneed", "gap")
+KNEE_GUARDS = ("noise", "none")  # Flux's algorithm.knee_guard: adaptive_dbscan with or without the noise guard
+GUARD_CODES = ("", "within", "beyond")  # AdaptiveDBSCAN.guard values, in the order logged as numbers
 
 
 @dataclass
@@ -166,16 +168,39 @@ class AdaptiveDBSCAN:
     knee_found: bool  # False: ``no_knee`` decided eps
     curve: np.ndarray  # sorted distances to the nearest other point (the curve the knee is sought on)
     num_noise: int = 0  # points DBSCAN left as noise (each became its own cluster)
+    guard: str = ""  # "": the knee decided; "within": every nearest neighbour within noise; "beyond": none
+
+
+def _nearest(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index, distance) of every row's nearest *other* row."""
+    from scipy.spatial.distance import cdist
+
+    d = cdist(X, X)
+    np.fill_diagonal(d, np.inf)
+    nn = d.argmin(axis=1)
+    return nn, d[np.arange(len(X)), nn]
+
+
+def _mst_edges(X: np.ndarray) -> np.ndarray:
+    """Sorted edge lengths of the Euclidean minimum spanning tree of the rows (SciPy)."""
+    from scipy.sparse.csgraph import minimum_spanning_tree
+    from scipy.spatial.distance import cdist
+
+    return np.sort(minimum_spanning_tree(cdist(X, X)).data)
+
+
+def _largest_step(sorted_values: np.ndarray) -> float:
+    """Largest ratio of consecutive values of a sorted positive sequence (1.0 for fewer than two)."""
+    v = np.asarray(sorted_values, dtype=np.float64)
+    if len(v) < 2:
+        return 1.0
+    return float(np.max(v[1:] / np.maximum(v[:-1], np.finfo(np.float64).tiny)))
 
 
 def nearest_other_distances(X: np.ndarray) -> np.ndarray:
     """Sorted (ascending) distance of every row to its nearest *other* row: the second-nearest neighbour when the
     point itself counts as the first (Flux App. D.2)."""
-    from scipy.spatial.distance import cdist
-
-    d = cdist(X, X)
-    np.fill_diagonal(d, np.inf)
-    return np.sort(d.min(axis=1))
+    return np.sort(_nearest(X)[1])
 
 
 def kneedle_index(curve: np.ndarray) -> int | None:
@@ -237,12 +262,35 @@ def knee_eps(curve: np.ndarray, no_knee: str = "max", rule: str = "kneedle") -> 
     return float(np.max(curve) if no_knee == "max" else np.median(curve)), False
 
 
+def noise_ratios(X: np.ndarray, variance: np.ndarray) -> np.ndarray:
+    """(K,) each row's distance to its nearest other row divided by √(v_a + v_b), the distance two samples of one
+    distribution would have at the rows' sampling variances ``variance`` (K,): ≈ 1 or below when the two rows can
+    come from one distribution, well above when they cannot."""
+    nn, dist = _nearest(np.asarray(X, dtype=np.float64))
+    v = np.asarray(variance, dtype=np.float64)
+    scale = np.sqrt(v + v[nn])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(scale > 0, dist / scale, np.where(dist > 0, np.inf, 0.0))
+
+
 def adaptive_dbscan(X: np.ndarray, scaling: float = 1.0, min_samples: int = 2, no_knee: str = "max",
-                    knee: str = "kneedle") -> AdaptiveDBSCAN:
+                    knee: str = "kneedle", variance: np.ndarray | None = None, noise_ratio: float = 1.2,
+                    noise_jump: float = 2.0) -> AdaptiveDBSCAN:
     """Flux's clustering U (App. D.2): eps = knee (by ``knee``, see :func:`knee_eps`) of the sorted
     nearest-other-point distances × ``scaling``,
     scikit-learn ``DBSCAN(eps, min_samples)``, noise points turned into singleton clusters. One row -> one cluster;
-    eps = 0 (duplicate rows) is raised to the smallest positive float so identical rows still group."""
+    eps = 0 (duplicate rows) is raised to the smallest positive float so identical rows still group.
+
+    Noise guard (``variance`` given: each row's sampling variance, see
+    :func:`flplat.maths.flux_descriptors.sampling_variance`). The knee is the transition from dense to sparse, and a
+    curve can hold only one of the two. When every row's nearest neighbour is within ``noise_ratio`` of the
+    sampling noise (:func:`noise_ratios`), no pair can be told apart: eps is the curve's max (``guard="within"``:
+    the connected components of the nearest-neighbour graph). When none is and the rows have no group structure
+    either — the sorted edge lengths of their minimum spanning tree (single linkage's merge heights) never grow by a
+    factor ``noise_jump`` from one to the next — no two rows come from one distribution: every row is its own
+    cluster (``guard="beyond"``). Otherwise the knee decides: rows beyond noise with such a jump are groups whose
+    members differ by more than sampling (e.g. clients of one label distribution with different class
+    proportions), far apart from each other."""
     from sklearn.cluster import DBSCAN
 
     X = np.asarray(X, dtype=np.float64)
@@ -251,15 +299,26 @@ def adaptive_dbscan(X: np.ndarray, scaling: float = 1.0, min_samples: int = 2, n
     if len(X) == 1:
         return AdaptiveDBSCAN(np.zeros(1, dtype=np.int64), 0.0, False, np.zeros(0))
     curve = nearest_other_distances(X)
-    eps, found = knee_eps(curve, no_knee, knee)
+    guard = ""
+    if variance is not None:
+        r = noise_ratios(X, variance)
+        guard = ("within" if (r <= noise_ratio).all() else
+                 "beyond" if (r > noise_ratio).all() and _largest_step(_mst_edges(X)) < noise_jump else "")
+    if guard == "within":
+        eps, found = float(curve[-1]), False
+    elif guard == "beyond":
+        eps, found = 0.0, False
+    else:
+        eps, found = knee_eps(curve, no_knee, knee)
+        eps *= float(scaling)
     # the knee point's own distance is eps: nudge eps up (relative 1e-9) so rounding in scikit-learn's distance
     # computation does not drop the knee point from its neighbourhood
-    eps = max(eps * float(scaling) * (1 + 1e-9), np.finfo(np.float64).tiny)
+    eps = max(eps * (1 + 1e-9), np.finfo(np.float64).tiny)
     labels = DBSCAN(eps=eps, min_samples=int(min_samples)).fit(X).labels_.astype(np.int64)
     noise = labels < 0
     labels[noise] = labels.max(initial=-1) + 1 + np.arange(int(noise.sum()))
     labels, _ = _renumber(labels, np.zeros((labels.max() + 1, 1)))
-    return AdaptiveDBSCAN(labels, float(eps), found, curve, int(noise.sum()))
+    return AdaptiveDBSCAN(labels, float(eps), found, curve, int(noise.sum()), guard)
 
 
 def dynamic_start(round: int, accuracy: np.ndarray, total_rounds: int, threshold: float = 0.06, min_round: int = 3,

@@ -16,6 +16,8 @@ pure functions.
   the statistic: the client's size for the marginal statistics, the class count for class statistics). Range is
   the width of the projected global box along each component, Σ_v |W_jv| (hi_v − lo_v), known to every client
   without looking at its data (:func:`projected_ranges`).
+* :func:`sampling_variance` — the server's estimate of each client's sampling noise in the scaled descriptor
+  space (the reference of the adaptive DBSCAN's noise guard, :func:`flplat.maths.clustering.adaptive_dbscan`).
 * :class:`DescriptorScaler` — the server's min-max scaling of each group of statistics (marginal means,
   marginal spreads, class means, class spreads) with one scalar min/max per group, fitted on the clustering
   round's descriptors and reused for late joiners and test clients; missing class statistics become ``fill``.
@@ -133,3 +135,32 @@ class DescriptorScaler:
         span = np.where(self.maxs - self.mins > 0, self.maxs - self.mins, 1.0)
         out = (d - self.mins[g]) / span[g]
         return np.where(np.isnan(out), self.fill, out)
+
+
+def sampling_variance(d: np.ndarray, scaler: DescriptorScaler, n: np.ndarray, num_classes: int,
+                      epsilon: float = 0.0, ranges: np.ndarray | None = None) -> np.ndarray:
+    """(K,) expected squared distance between each client's scaled descriptor ``d`` (K, 2(U+1)l) and the descriptor
+    of the distribution it was sampled from: the sampling noise of its statistics, in the scaler's units.
+
+    A mean over m samples has variance σ²/m and a standard deviation ≈ σ²/(2m) (normal approximation), with σ the
+    statistic's own spread entry; the marginal statistics use the client's size ``n``. The server does not know the
+    class counts (they would reveal the label histogram), so a class statistic assumes ``n / num_classes`` samples;
+    a missing class (every entry of its block equal to the scaler's ``fill``) adds nothing. With Laplace DP
+    (``epsilon`` > 0, App. C.2) each statistic adds the noise's variance 2b², b = ``ranges`` / (m ε). Two clients of
+    one distribution are then about √(v_a + v_b) apart."""
+    d = np.asarray(d, dtype=np.float64)
+    k, u, l = len(d), int(num_classes), scaler.l  # noqa: E741
+    if d.shape[1] != 2 * (u + 1) * l:
+        raise ValueError(f"descriptors have {d.shape[1]} entries; 2(U+1)l = {2 * (u + 1) * l} expected")
+    span = np.where(scaler.maxs - scaler.mins > 0, scaler.maxs - scaler.mins, 1.0)
+    blocks = d.reshape(k, u + 1, 2, l)
+    g_mean, g_spread = np.array([0] + [2] * u), np.array([1] + [3] * u)
+    m = np.asarray(n, dtype=np.float64)[:, None] * np.r_[1.0, np.full(u, 1.0 / u)][None, :]
+    m = np.maximum(m, 1.0)[..., None]  # (K, U+1, 1) samples behind each block's statistics
+    sd = blocks[:, :, 1, :] * span[g_spread][None, :, None] + scaler.mins[g_spread][None, :, None]
+    v = sd ** 2 / m / span[g_mean][None, :, None] ** 2 + sd ** 2 / (2 * m) / span[g_spread][None, :, None] ** 2
+    if epsilon > 0:
+        b = np.asarray(ranges, dtype=np.float64)[None, None, :] / (m * float(epsilon))
+        v = v + 2 * b ** 2 * (1 / span[g_mean][None, :, None] ** 2 + 1 / span[g_spread][None, :, None] ** 2)
+    v[np.all(blocks == scaler.fill, axis=(2, 3))] = 0.0
+    return v.sum(axis=(1, 2))

@@ -13,6 +13,22 @@ from flplat.studies.reproduction.grid import Job
 
 SKIP_TAG = "flplat.reproduce.skipped."
 
+# Keys added with a default that changes what a run does (where the condition's params hold): a run made before the
+# key existed ran with the value given here, so it stands for a new run only when the new run asks for that value.
+LEGACY_VALUES: dict[str, tuple[str, dict[str, str]]] = {
+    # Flux's adaptive DBSCAN noise guard (issue 11, item 1); Flux-prior's K-means is unaffected
+    "algorithm.knee_guard": ("none", {"algorithm.clustering": "dbscan"}),
+}
+
+
+def _legacy(key: str, params: dict[str, str], default: str | None) -> str | None:
+    """The value an earlier flplat ran ``key`` with, for a run of ``params``."""
+    if key in LEGACY_VALUES:
+        value, cond = LEGACY_VALUES[key]
+        if all(params.get(k) == v for k, v in cond.items()):
+            return value
+    return default
+
 
 def run_params(cfg) -> dict[str, str]:
     """The config as the run logs it (MLflow params: dotted keys, string values), without what :func:`config_key`
@@ -29,7 +45,8 @@ def _outside_key(key: str) -> bool:
 def compatible(new: dict[str, str], old: dict[str, str], defaults: dict[str, str]) -> list[str] | None:
     """Whether a finished run with params ``old`` stands for a run of params ``new`` whose hash it lacks (it was
     made before flplat gained config keys): every key of ``old`` has the same value in ``new``, and the keys only
-    ``new`` has hold their default values (``defaults``: the params of the default config of the same algorithm).
+    ``new`` has hold their default values (``defaults``: the params of the default config of the same algorithm),
+    or for a key of :data:`LEGACY_VALUES` (a default that changed behaviour) the value the earlier flplat ran with.
     Returns the added keys, or None when the run does not stand for it (a key changed, was removed, or a new key is
     set away from its default)."""
     new = {k: v for k, v in new.items() if not _outside_key(k)}
@@ -37,7 +54,7 @@ def compatible(new: dict[str, str], old: dict[str, str], defaults: dict[str, str
     if set(old) - set(new) or any(old[k] != new[k] for k in old):
         return None
     added = sorted(set(new) - set(old))
-    if any(defaults.get(k) != new[k] for k in added):
+    if any(_legacy(k, new, defaults.get(k)) != new[k] for k in added):
         return None
     return added
 
