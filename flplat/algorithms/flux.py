@@ -37,7 +37,19 @@ farthest below the chord of the sorted nearest-other distances), computed in flp
 kneed's offline ``KneeLocator(convex, increasing)``, is ``knee="kneed"``: whenever the tail holds two or more far
 points it returns the curve's last point (eps = the largest distance, one cluster: MNIST P(Y) levels 2 and 8),
 and kneed 0.8.5 and 0.9.0 disagree on such curves. ``knee="gap"`` takes the point before the largest jump.
-Measured on the planted MNIST shifts in docs/flux_clustering.md ("The knee").
+
+The noise guard (``knee_guard="noise"``, default; ``"none"``: the knee alone, as the paper). A knee needs a dense and a
+sparse region, and some curves hold only one: every client of its own distribution (M = K: every knee pairs the two
+closest clients), or every client among near-copies of its distribution (P(X) level 2: the curve rises gradually
+and the knee cuts a group). The server compares each client's nearest-other distance with the distance two samples
+of one distribution would have, √(v_a + v_b), v the sampling variance of the descriptor's statistics
+(:func:`flplat.maths.flux_descriptors.sampling_variance`: σ²/m for a mean, σ²/(2m) for a spread, m = n for the
+marginal statistics and n/U for a class — the server does not know the class counts —, plus the Laplace noise with
+DP). All ratios ≤ ``knee_noise_ratio`` (1.2): eps = the curve's max (the nearest-neighbour graph's components). All
+above and no step of a factor ``knee_noise_jump`` (2) between consecutive minimum-spanning-tree edges (no groups):
+every client its own cluster. Otherwise the knee. The round metric ``dbscan_guard`` says which decided (0 the knee,
+1 all within noise, 2 all beyond). Not in the paper: our answer to curves its rule cannot read; measured on the
+planted MNIST shifts in docs/flux_clustering.md ("The knee").
 """
 
 from __future__ import annotations
