@@ -160,10 +160,10 @@ def test_cli_smoke_table_end_to_end(tmp_path, capsys):
     text = capsys.readouterr()
     assert "| digits_k20_low | DA-PFL | 74.43 |" in text.out and "| digits_k20_low | FedAvg | 66.83 |" in text.out
     assert "[2/2] table3_digits digits_k20_low" in text.err  # the progress display
-    assert (out / "dapfl_table3_digits.md").read_text().startswith("### DA-PFL Table III")
+    assert (out / "dapfl_table3_digits_smoke.md").read_text().startswith("### DA-PFL Table III")  # scale in the name
     import json
 
-    recs = [json.loads(x) for x in (out / "dapfl_table3_digits_runs.jsonl").read_text().splitlines()]
+    recs = [json.loads(x) for x in (out / "dapfl_table3_digits_smoke_runs.jsonl").read_text().splitlines()]
     assert sorted(r["method"] for r in recs) == ["DA-PFL", "FedAvg"] and all(r["seed"] == 0 for r in recs)
     assert all(r["value"] == r["metrics"]["mean_local_accuracy_last10"] for r in recs)
     client, runs = _runs(store)
@@ -411,6 +411,11 @@ def test_clust_psi_pfl_alpha_005_partition_is_feasible_with_the_papers_redraws()
     assert fed.meta["min_client_samples"] >= 10 and len(fed.clients) == 100
 
 
+def test_out_files_of_a_table_at_two_scales_do_not_overwrite_each_other():
+    assert rp.out_stem("flux", "ari", "reduced") == "flux_ari"  # the default scale keeps the plain name
+    assert rp.out_stem("flux", "ari", "paper") == "flux_ari_paper"
+
+
 def test_compatible_accepts_only_new_keys_at_their_defaults():
     old = {"seed": "0", "algorithm.name": "fedavg", "federation.rounds": "20", "tracking.experiment": "a"}
     new = {**old, "federation.eval_batch": "256", "tracking.experiment": "b", "fabric.num_threads": "1"}
@@ -478,7 +483,7 @@ def test_a_figure_with_nothing_to_draw_is_skipped(tmp_path, capsys):
     assert main(["reproduce", "clust-psi-pfl", "table3", "--scale", "smoke", "--cells", "dirichlet_50", "--methods",
                  "FedAvg", "--store-dir", str(tmp_path / "store"), "--out", str(tmp_path / "out")]) == 0
     assert "table3: no figure (nothing to draw from the runs finished so far)" in capsys.readouterr().err
-    assert not (tmp_path / "out" / "clust-psi-pfl_table3.png").exists()
+    assert not (tmp_path / "out" / "clust-psi-pfl_table3_smoke.png").exists()
 
 
 def test_a_cell_where_the_metric_is_undefined_is_one_row_with_the_reason_and_runs_nothing(tmp_path):

@@ -147,7 +147,9 @@ def sampling_variance(d: np.ndarray, scaler: DescriptorScaler, n: np.ndarray, nu
     class counts (they would reveal the label histogram), so a class statistic assumes ``n / num_classes`` samples;
     a missing class (every entry of its block equal to the scaler's ``fill``) adds nothing. With Laplace DP
     (``epsilon`` > 0, App. C.2) each statistic adds the noise's variance 2b², b = ``ranges`` / (m ε). Two clients of
-    one distribution are then about √(v_a + v_b) apart."""
+    one distribution are then about √(v_a + v_b) apart. ``n`` is the size the client reports; a train split made of
+    repeated samples (``partition.train_copies`` > 1, Flux App. F.2) counts its copies, so v is then too small by
+    that factor (the server cannot know about the copies)."""
     d = np.asarray(d, dtype=np.float64)
     k, u, l = len(d), int(num_classes), scaler.l  # noqa: E741
     if d.shape[1] != 2 * (u + 1) * l:

@@ -75,7 +75,7 @@ from flplat.studies.reproduction.values import (
 __all__ = [
     "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Cell", "FigureContext", "Job", "Method", "Progress",
     "Store", "Table", "check_paper_values", "compatible", "config_key", "default_jobs", "listing",
-    "load_paper_values", "paper_module", "paper_tables", "paper_value", "plan", "plot_cells", "plot_curves",
+    "load_paper_values", "out_stem", "paper_module", "paper_tables", "paper_value", "plan", "plot_cells", "plot_curves",
     "render_table", "reproduce", "resolve_scale", "run_grid", "run_params", "select", "verdict",
 ]
 
@@ -123,7 +123,8 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         try:
             run_ids: dict[tuple[str, str], list[str]] = {}
             if t.kind == "train":
-                ours, run_ids, skips = _collect_train(paper, t, jobs, store, parent, n_jobs, render_only, out_dir)
+                ours, run_ids, skips = _collect_train(paper, t, jobs, store, parent, n_jobs, render_only, out_dir,
+                                                      out_stem(paper, t.id, scale))
             else:
                 ours, skips = _collect_analysis(t, sd, cells, scale, store, parent)
             header = _header(t, values, scale, note, sd, cells, baseline_seeds)
@@ -133,7 +134,7 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                 import tempfile
 
                 with tempfile.TemporaryDirectory() as tmp:
-                    png = str(Path(out_dir or tmp) / f"{paper}_{t.id}.png")
+                    png = str(Path(out_dir or tmp) / f"{out_stem(paper, t.id, scale)}.png")
                     Path(png).parent.mkdir(parents=True, exist_ok=True)
                     Path(png).unlink(missing_ok=True)  # never log an earlier command's figure
                     t.figure(FigureContext(ours, scale, png, store.client, run_ids))
@@ -143,12 +144,12 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                         print(f"{t.id}: no figure (nothing to draw from the runs finished so far)", file=sys.stderr)
             if out_dir:
                 Path(out_dir).mkdir(parents=True, exist_ok=True)
-                (Path(out_dir) / f"{paper}_{t.id}.md").write_text(text)
+                (Path(out_dir) / f"{out_stem(paper, t.id, scale)}.md").write_text(text)
             if results:
                 from flplat.studies.results_doc import run_seconds, timing_line, update_results
 
                 n_runs, run_s = run_seconds(store.client, [r for ids in run_ids.values() for r in ids])
-                png = Path(out_dir) / f"{paper}_{t.id}.png" if out_dir else None
+                png = Path(out_dir) / f"{out_stem(paper, t.id, scale)}.png" if out_dir else None
                 update_results(results, paper, t.id, scale, text,
                                timing_line(command or f"flplat reproduce {paper} {t.id} --scale {scale}", n_runs,
                                            run_s, None if render_only else time.perf_counter() - t_start),
@@ -163,8 +164,14 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
     return "\n".join(texts)
 
 
+def out_stem(paper: str, table: str, scale: str) -> str:
+    """File name (without suffix) of a table's records under ``--out``: ``<paper>_<table>`` at the default scale
+    (reduced), ``<paper>_<table>_<scale>`` at another, so one directory holds a table at several scales."""
+    return f"{paper}_{table}" if scale == "reduced" else f"{paper}_{table}_{scale}"
+
+
 def _collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: str, n_jobs: int, render_only: bool,
-                   out_dir: str | None):
+                   out_dir: str | None, stem: str):
     """Run (or find) a train table's jobs: our values and run ids per (cell, method), the skipped seeds with their
     reasons, and (``out_dir``) the raw per-run records behind the table as JSON lines."""
     ours: dict[tuple[str, str], list[float]] = {}
@@ -191,7 +198,7 @@ def _collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: 
         import json
 
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        with open(Path(out_dir) / f"{paper}_{t.id}_runs.jsonl", "w") as fh:
+        with open(Path(out_dir) / f"{stem}_runs.jsonl", "w") as fh:
             fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
     return ours, run_ids, skips
 
