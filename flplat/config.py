@@ -268,6 +268,20 @@ def _set_aside_switched_algorithm_keys(file_layer: DictConfig, override_layer: D
         file_layer.algorithm_unused = keys
 
 
+# YAML 1.1 reads these words as booleans; an override such as algorithm.knee_guard=off must stay the string "off"
+# for a string key (a boolean key still accepts it: OmegaConf turns "off" into False)
+_YAML_BOOL_WORDS = frozenset({"on", "off", "yes", "no"})
+
+
+def dotlist(overrides) -> DictConfig:
+    """``OmegaConf.from_dotlist`` of ``key=value`` overrides, with on/off/yes/no kept as strings."""
+    fixed = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        fixed.append(f"{key}='{value}'" if value.strip().lower() in _YAML_BOOL_WORDS else o)
+    return OmegaConf.from_dotlist(fixed)
+
+
 def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
     """Merge the schema defaults, an optional YAML file and ``dotted.key=value`` overrides (not yet validated:
     :func:`flplat.experiment.load_config` parses and validates)."""
@@ -299,7 +313,7 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
             raise ConfigError(f"override key {key!r} (in {o!r}) has an empty part; allowed: dotted.key=value with "
                               "keys of configs/quickstart.yaml, e.g. federation.rounds=5")
     try:
-        layers.append(OmegaConf.from_dotlist(list(overrides)))
+        layers.append(dotlist(overrides))
         if len(layers) == 2:
             _set_aside_switched_algorithm_keys(*layers)
         cfg = OmegaConf.merge(base, *layers)

@@ -28,10 +28,16 @@ class TrackingStoreError(RunFailed):
     """The tracking store failed mid-run (one-line reason); the run ends FAILED."""
 
 
+def _not_valid(key: str, value: Any, allowed: str) -> ConfigError:
+    # a YAML file's off/no/on/yes reach a string key as 'False'/'True' (YAML 1.1 booleans); overrides keep the word
+    hint = " (YAML reads off/no/on/yes as booleans: quote the word)" if value in ("False", "True", False, True) else ""
+    return ConfigError(f"{key}={value!r} is not valid; choose one of: {allowed}{hint}")
+
+
 def check_choice(key: str, value: Any, allowed) -> None:
     """Raise unless ``value`` is one of ``allowed`` (listed sorted in the message)."""
     if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not valid; choose one of: {', '.join(sorted(allowed))}")
+        raise _not_valid(key, value, ", ".join(sorted(allowed)))
 
 
 def check_range(cond: bool, key: str, value: Any, allowed: str) -> None:
@@ -48,7 +54,7 @@ def param_out_of_range(section: str, cfg: Any, key: str, allowed: str):
 def param_choice(section: str, cfg: Any, key: str, allowed) -> None:
     """Raise the one-line error when parameter ``section.key`` is not one of ``allowed`` (listed in that order)."""
     if getattr(cfg, key) not in allowed:
-        raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is not valid; choose one of: {', '.join(allowed)}")
+        raise _not_valid(f"{section}.{key}", getattr(cfg, key), ", ".join(allowed))
 
 
 def first_line(e: BaseException) -> str:

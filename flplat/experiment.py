@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import FederationInfo, Strategy
-from flplat.config import config_key, flatten, loggable, loggable_yaml, parse_config, validate
+from flplat.config import config_key, dotlist, flatten, loggable, loggable_yaml, parse_config, validate
 from flplat.configure import load_config, registries  # noqa: F401  (load_config: re-exported)
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
@@ -293,7 +293,7 @@ def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictC
     data = checkpoint.load(path)
     base = OmegaConf.create(data["meta"]["config_yaml"])
     cfg = validate(OmegaConf.merge(parse_config(None, ()), base,
-                                   OmegaConf.from_dotlist(list(overrides))), registries())
+                                   dotlist(overrides)), registries())
     return cfg, data
 
 

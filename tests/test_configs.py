@@ -29,3 +29,25 @@ def test_search_space_keys_are_valid_overrides(path):
         for key, spec in {**common, **(keys or {})}.items():
             first = spec[0] if isinstance(spec, list) else spec["low"]
             load_config(REPO / "configs/quickstart.yaml", [f"algorithm.name={algo}", f"{key}={first}"])
+
+
+def test_yaml_boolean_words_in_overrides_stay_strings_for_string_keys():
+    """YAML 1.1 reads off/on/yes/no as booleans: ``algorithm.knee_guard=off`` used to reach the check as 'False'.
+    The word is kept as typed (the error names it); a boolean key still takes it."""
+    from flplat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="algorithm.knee_guard='off' is not valid; choose one of: noise, none"):
+        load_config(None, ["algorithm.name=flux", "algorithm.knee_guard=off"])
+    cfg = load_config(None, ["algorithm.name=apfl", "algorithm.adaptive_alpha=off", "tracking.log_models=No"])
+    assert cfg.algorithm.adaptive_alpha is False and cfg.tracking.log_models is False
+    assert load_config(None, ["algorithm.name=flux", "algorithm.knee_guard=none"]).algorithm.knee_guard == "none"
+
+
+def test_a_yaml_boolean_word_in_a_config_file_gets_a_hint(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("algorithm:\n  name: flux\n  knee_guard: off\n")
+    from flplat.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="knee_guard='False' is not valid; choose one of: noise, none "
+                                          "\\(YAML reads off/no/on/yes as booleans: quote the word\\)"):
+        load_config(str(f), [])

@@ -64,7 +64,7 @@ from threadpoolctl import threadpool_limits
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy, true_m
 from flplat.engine.state import ServerState, derive_seed
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg, fedavg_by_group, stack
 from flplat.maths.clustering import (
     GUARD_CODES,
@@ -163,9 +163,7 @@ class Flux(ClusteredStrategy):
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: {allowed}")
 
         def choice(key, allowed):
-            if getattr(cfg, key) not in allowed:
-                raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is not valid; "
-                                  f"choose one of: {', '.join(allowed)}")
+            param_choice(section, cfg, key, allowed)
 
         need(cfg.pca_components >= 1, "pca_components", "an integer >= 1")
         need(cfg.pca_points >= 2, "pca_points", "an integer >= 2")
