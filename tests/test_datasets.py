@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from flplat.config import DataConfig
 from flplat.data import datasets as ds
+from flplat.data import files as dfiles  # the file loaders: patch here, not the re-exports in datasets
 from flplat.data.datasets import (
     DATASETS,
     NORMALIZATION,
@@ -35,7 +36,7 @@ def _no_download(*args, **kwargs):
 @pytest.fixture
 def no_download(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any attempt to download (our hook or torchvision's dataset classes) fails the test."""
-    monkeypatch.setattr(ds, "_torchvision_download", _no_download)
+    monkeypatch.setattr(dfiles, "_torchvision_download", _no_download)
     try:
         import torchvision.datasets as tvd
     except ImportError:
@@ -51,9 +52,9 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_download: None)
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)
-    monkeypatch.setattr(ds, "REPO_SHARED_DATA", tmp_path / "repo_shared" / "data")
-    monkeypatch.setattr(ds, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setattr(ds, "DEBIAN_FMNIST_DIR", tmp_path / "debian")
+    monkeypatch.setattr(dfiles, "REPO_SHARED_DATA", tmp_path / "repo_shared" / "data")
+    monkeypatch.setattr(dfiles, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(dfiles, "DEBIAN_FMNIST_DIR", tmp_path / "debian")
     return tmp_path
 
 
@@ -257,7 +258,7 @@ def test_download_only_when_absent(isolated: Path, monkeypatch: pytest.MonkeyPat
         calls.append((name, root))
         _write_idx_set(root / "MNIST" / "raw", gz=True)
 
-    monkeypatch.setattr(ds, "_torchvision_download", fake_download)
+    monkeypatch.setattr(dfiles, "_torchvision_download", fake_download)
     root = isolated / "dl"
     cfg = DataConfig(name="mnist", root=str(root), download=True)
     assert load_dataset(cfg, 0).x_train.shape == (5, 1, 4, 4)
@@ -342,7 +343,7 @@ def test_decoded_cache_is_reused_and_keyed_by_file_contents(isolated: Path, monk
         raise AssertionError(f"decoded {path} although the cache holds it")
 
     with monkeypatch.context() as m:
-        m.setattr(ds, "read_idx", no_decode)
+        m.setattr(dfiles, "read_idx", no_decode)
         again = load_dataset(cfg, 0)
     for key in ("x_train", "y_train", "x_test", "y_test"):
         assert torch.equal(getattr(first, key), getattr(again, key))

@@ -1,7 +1,7 @@
 """Benchmark: FedAvg rounds with the per-client loop against vectorised clients (``federation.vectorize``).
 
 Both sides run in one process on the same prepared federation (same data, partition, initial weights, trainer):
-``Orchestrator.run`` with a :class:`~flplat.engine.orchestrator.LocalExecutor` without and with vectorisation, so the
+``Orchestrator.run`` with a :class:`~flplat.engine.executor.LocalExecutor` without and with vectorisation, so the
 same clients are sampled and they train the same batches. Timed per side: the rounds (client training +
 aggregation) with the one evaluation after the last round excluded from the per-round figure, and separately the
 executor's ``train`` calls. Sides alternate (A B, B A, ...) after an untimed warm-up of each, so this machine's

@@ -5,7 +5,8 @@
 * ``client`` -- the one training loop: a LightningModule driven by Lightning Fabric, reused for every client.
 * ``vectorized`` -- the same local training for a group of clients at once (``torch.func``).
 * ``orchestrator`` -- the one round loop (select, plan, train, aggregate, evaluate) and its callbacks.
-* ``sharding`` -- the executors: in process, or a round's clients sharded over Fabric processes.
+* ``executor`` -- where clients run: the in-process executor (training, scoring, ``compute``) and its requests.
+* ``sharding`` -- the sharded executor: a round's clients split over Fabric processes (else the in-process one).
 * ``launch`` -- starting a sharded run's local processes before the heavy imports.
 
 Nothing here imports tracking, tuning or the CLI; strategies (:mod:`flplat.algorithms`) plug in through

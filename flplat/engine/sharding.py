@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult
 from flplat.engine.batched_eval import EvalColumns
-from flplat.engine.orchestrator import LocalExecutor, request_clients, subset
+from flplat.engine.executor import LocalExecutor, request_clients, subset
 
 
 def balance(sizes: Sequence[int], ranks: int) -> list[list[int]]:
