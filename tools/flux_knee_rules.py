@@ -7,6 +7,13 @@ of cells with ARI >= 0.9 per seed.
 
     python tools/flux_knee_rules.py --scale reduced --seeds 0,1,2
     python tools/flux_knee_rules.py --scale paper --seeds 0 --ratios 1.1,1.2,1.3
+
+``--config FILE [--set KEY=VALUE ...]`` captures one run of any Flux config instead and also clusters parts of the
+descriptor (the full descriptor, its label-free part d' = [μ_x, σ_x]) with the knee, the guard and K-means with the
+true M — the 1,200-client analysis of docs/flux_clustering.md:
+
+    python tools/flux_knee_rules.py --config configs/flux/scalability_1200.yaml \
+        --set partition.train_copies=8 federation.optimizer.lr=0.03 --seeds 0
 """
 
 from __future__ import annotations
@@ -26,15 +33,19 @@ class _Stop(Exception):
     pass
 
 
-def capture(cell: str, seed: int, scale: str) -> dict[str, np.ndarray]:
-    """The clustering round's scaled descriptors, train sizes, scaler (mins, maxs) and true ids of one cell."""
+def cell_config(cell: str, scale: str) -> tuple[str, list[str]]:
+    """(config path, overrides) of a Table 1 MNIST cell at ``scale``."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(here, f"configs/flux/table1/mnist_{cell}.yaml"), (REDUCED if scale == "reduced" else [])
+
+
+def capture(path: str, overrides: list[str], seed: int) -> dict[str, np.ndarray]:
+    """The clustering round's scaled descriptors, train sizes, scaler (mins, maxs) and true ids of one Flux run."""
     import flplat.algorithms.flux as fx
     from flplat.experiment import load_config, prepare, run
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     over = ["algorithm.name=flux", "fabric.num_threads=1", "tracking.enabled=false", f"seed={seed}"]
-    cfg = load_config(os.path.join(here, f"configs/flux/table1/mnist_{cell}.yaml"),
-                      over + (REDUCED if scale == "reduced" else []))
+    cfg = load_config(path, over + list(overrides))
     true = prepare(cfg).data.meta["distribution"]
     out: dict[str, np.ndarray] = {}
     original = fx.Flux._cluster
@@ -42,7 +53,8 @@ def capture(cell: str, seed: int, scale: str) -> dict[str, np.ndarray]:
     def grab(self, state, d, clients):
         mins, maxs = state.extra["scaler"]
         out.update(d=d, n=self.info.num_samples[clients], mins=mins, maxs=maxs, true=true[clients],
-                   num_classes=np.array(self.info.num_classes), l=np.array(self.cfg.pca_components))
+                   num_classes=np.array(self.info.num_classes), l=np.array(self.cfg.pca_components),
+                   round=np.array(state.round))
         raise _Stop
 
     fx.Flux._cluster = grab
@@ -53,8 +65,30 @@ def capture(cell: str, seed: int, scale: str) -> dict[str, np.ndarray]:
     finally:
         fx.Flux._cluster = original
     if not out:
-        raise RuntimeError(f"{cell} seed {seed}: the run ended before Flux clustered")
+        raise RuntimeError(f"{path} seed {seed}: the run ended before Flux clustered")
     return out
+
+
+def parts(z: dict[str, np.ndarray]) -> None:
+    """Print τ / ARI of the knee, the guard and K-means (true M) on the full descriptor and on its label-free part."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from flplat.maths.clustering import adaptive_dbscan, kmeans
+    from flplat.maths.flux_descriptors import DescriptorScaler, sampling_variance
+
+    d, t, l = z["d"], z["true"], int(z["l"])  # noqa: E741
+    m = len(np.unique(t))
+    var = sampling_variance(d, DescriptorScaler(l, z["mins"], z["maxs"]), z["n"], int(z["num_classes"]))
+    sizes = f"{int(z['n'].min())}–{int(z['n'].max())}"
+    print(f"  {len(d)} clients at round {int(z['round'])}, M = {m}, train sizes {sizes}")
+    for name, x in (("full descriptor", d), ("label-free part d'", d[:, :2 * l])):
+        knee = adaptive_dbscan(x).labels
+        row = [f"knee {knee.max() + 1}/{adjusted_rand_score(t, knee):.2f}"]
+        if x is d:
+            g = adaptive_dbscan(x, variance=var)
+            row.append(f"guard {g.labels.max() + 1}/{adjusted_rand_score(t, g.labels):.2f} ({g.guard or 'knee'})")
+        row.append(f"K-means(M) ARI {adjusted_rand_score(t, kmeans(x, m)[0]):.2f}")
+        print(f"  {name}: " + ", ".join(row), flush=True)
 
 
 def score(z: dict[str, np.ndarray], ratio: float, jump: float) -> tuple[tuple[int, float], tuple[int, float, str]]:
@@ -80,7 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jump", type=float, default=2.0, help="knee_noise_jump")
     ap.add_argument("--save", default="", help="keep each cell's captured descriptors in this directory (.npz)")
     ap.add_argument("--load", default="", help="score the .npz files of an earlier --save instead of running")
+    ap.add_argument("--config", default="", help="capture one run of this Flux config instead of the Table 1 cells")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for --config")
     a = ap.parse_args(argv)
+    if a.config:
+        for seed in [int(s) for s in a.seeds.split(",")]:
+            print(f"seed {seed}: {a.config} {' '.join(a.set)}")
+            parts(capture(a.config, a.set, seed))
+        return 0
     ratios = [float(r) for r in a.ratios.split(",")]
     for seed in [int(s) for s in a.seeds.split(",")]:
         ok = {"knee": 0, **{r: 0 for r in ratios}}
@@ -90,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.load:
                 z = dict(np.load(os.path.join(a.load, name)))
             else:
-                z = capture(cell, seed, a.scale)
+                z = capture(*cell_config(cell, a.scale), seed)
                 if a.save:
                     os.makedirs(a.save, exist_ok=True)
                     np.savez(os.path.join(a.save, name), **z)
