@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import FederationInfo, Strategy
-from flplat.config import config_key, dotlist, flatten, loggable, loggable_yaml, parse_config, validate
+from flplat.config import dotlist, parse_config, validate
+from flplat.config_io import config_key, flatten, loggable, loggable_yaml
 from flplat.configure import load_config, registries  # noqa: F401  (load_config: re-exported)
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset

@@ -82,7 +82,7 @@ def test_artifacts_beside_a_sqlite_store_named_by_env(tmp_path, monkeypatch):
 
 
 def test_environment_lookups_are_logged_unresolved(monkeypatch):
-    from flplat.config import flatten, loggable, loggable_yaml
+    from flplat.config_io import flatten, loggable, loggable_yaml
     from flplat.experiment import load_config
 
     monkeypatch.setenv("FLPLAT_TEST_SECRET", "hunter2")

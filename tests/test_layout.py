@@ -16,7 +16,7 @@ PKG = REPO / "flplat"
 # Bottom to top. A module may import modules of its own layer or of a lower one, never of a higher one.
 LAYERS = [
     ("flplat.errors",),                       # the input error and one-line checks: imports nothing of flplat
-    ("flplat.config",),                       # structured configs; registries are handed in, not imported
+    ("flplat.config", "flplat.config_io"),    # structured configs (registries are handed in); config text, hash
     ("flplat.engine.state",),                 # flat model state, server state, client store: the strategies' contract
     ("flplat.maths", "flplat.metrics"),       # pure maths of the methods; evaluation and non-IID metrics
     ("flplat.data", "flplat.models"),         # datasets, partitions; model registry

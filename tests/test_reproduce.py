@@ -440,7 +440,7 @@ def test_an_earlier_flux_run_does_not_stand_for_one_with_the_noise_guard():
 
 
 def test_run_params_are_what_the_run_logs_without_tracking():
-    from flplat.config import flatten, loggable
+    from flplat.config_io import flatten, loggable
     from flplat.experiment import load_config
 
     cfg = load_config(None, ["fabric.num_threads=1"])

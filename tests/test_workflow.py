@@ -181,7 +181,7 @@ def test_every_shipped_config_takes_every_algorithm(caplog):
 
 
 def test_switched_algorithm_keys_are_carried_and_reported(caplog):
-    from flplat.config import flatten
+    from flplat.config_io import flatten
     from flplat.experiment import load_config
 
     path = REPO / "configs/clust_psi_pfl_quickstart.yaml"

@@ -32,7 +32,7 @@ def add_run(sub) -> None:
 
 
 def cmd_run(args) -> int:
-    from flplat.config import to_yaml
+    from flplat.config_io import to_yaml
     from flplat.configure import load_config  # not flplat.experiment: the other processes start before Lightning
 
     if args.resume:

@@ -42,7 +42,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from flplat.config import config_key  # the hash that identifies a run
+from flplat.config_io import config_key  # the hash that identifies a run
 from flplat.data.splits import InfeasiblePartitionError
 from flplat.errors import ConfigError
 from flplat.studies.reproduction.execute import Progress, default_jobs, run_grid

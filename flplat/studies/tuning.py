@@ -27,7 +27,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from flplat.config import flatten
+from flplat.config_io import flatten
 from flplat.errors import ConfigError, first_line
 from flplat.experiment import load_config
 from flplat.studies.study_plots import log_study_plots
@@ -272,7 +272,7 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
     stale) continues it: the parent is re-opened, seeds whose run FINISHED are not trained again (their last
     round's metrics are read back from the store), an interrupted seed continues from its checkpoint in its run
     (:func:`flplat.experiment.run_or_resume`), and the parent ends with the mean / std over every seed."""
-    from flplat.config import config_key
+    from flplat.config_io import config_key
     from flplat.experiment import run_or_resume
 
     base = load_config(config, overrides)
@@ -313,7 +313,7 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
 
 def _finished_child(base, parent: str, cfg) -> tuple[str, dict[str, float]] | None:
     """(run id, last round's metrics as logged) of a FINISHED run of ``cfg`` under ``parent``, or None."""
-    from flplat.config import config_key
+    from flplat.config_io import config_key
     from flplat.tracking.runs import CONFIG_KEY_TAG, runs_by_key
 
     client, exp_id = _client(base)

@@ -1,5 +1,5 @@
 """Studies (sweep, tune, reproduce) continue their own interrupted runs: a run is found by a key tag, a child run by
-its config hash (:func:`flplat.config.config_key`), a sweep / study parent by the hash of what defines the study.
+its config hash (:func:`flplat.config_io.config_key`), a sweep / study parent by the hash of what defines the study.
 An unfinished run is continued from its checkpoint, replaced, or -- while it still shows a live heartbeat
 (:func:`flplat.tracking.heartbeat.is_stale`) -- left alone; every decision is one line on stderr.
 """

@@ -1,6 +1,6 @@
 """The table model of ``flplat reproduce``: a paper's table is cells × methods × seeds (see
 :mod:`flplat.studies.reproduce`), and :func:`plan` turns a train table into jobs, one validated config each,
-identified by the hash of its resolved config (:func:`flplat.config.config_key`)."""
+identified by the hash of its resolved config (:func:`flplat.config_io.config_key`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flplat.config import config_key
+from flplat.config_io import config_key
 from flplat.errors import ConfigError
 
 PAPERS = ("clust-psi-pfl", "cafa", "dapfl", "flux", "pqfed")

@@ -33,7 +33,7 @@ def _legacy(key: str, params: dict[str, str], default: str | None) -> str | None
 def run_params(cfg) -> dict[str, str]:
     """The config as the run logs it (MLflow params: dotted keys, string values), without what :func:`config_key`
     leaves out."""
-    from flplat.config import flatten, loggable
+    from flplat.config_io import flatten, loggable
 
     return {k: str(v)[:6000] for k, v in flatten(loggable(cfg)).items() if not _outside_key(k)}
 
