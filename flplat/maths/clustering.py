@@ -171,22 +171,26 @@ class AdaptiveDBSCAN:
     guard: str = ""  # "": the knee decided; "within": every nearest neighbour within noise; "beyond": none
 
 
-def _nearest(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index, distance) of every row's nearest *other* row."""
+def _distances(X: np.ndarray) -> np.ndarray:
+    """Euclidean distances between the rows (SciPy), computed once per clustering."""
     from scipy.spatial.distance import cdist
 
-    d = cdist(X, X)
+    return cdist(X, X)
+
+
+def _nearest(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index, distance) of every row's nearest *other* row, from the rows' distance matrix ``d``."""
+    d = d.copy()
     np.fill_diagonal(d, np.inf)
     nn = d.argmin(axis=1)
-    return nn, d[np.arange(len(X)), nn]
+    return nn, d[np.arange(len(d)), nn]
 
 
-def _mst_edges(X: np.ndarray) -> np.ndarray:
-    """Sorted edge lengths of the Euclidean minimum spanning tree of the rows (SciPy)."""
+def _mst_edges(d: np.ndarray) -> np.ndarray:
+    """Sorted edge lengths of the minimum spanning tree of the distance matrix ``d`` (SciPy)."""
     from scipy.sparse.csgraph import minimum_spanning_tree
-    from scipy.spatial.distance import cdist
 
-    return np.sort(minimum_spanning_tree(cdist(X, X)).data)
+    return np.sort(minimum_spanning_tree(d).data)
 
 
 def _largest_step(sorted_values: np.ndarray) -> float:
@@ -200,7 +204,7 @@ def _largest_step(sorted_values: np.ndarray) -> float:
 def nearest_other_distances(X: np.ndarray) -> np.ndarray:
     """Sorted (ascending) distance of every row to its nearest *other* row: the second-nearest neighbour when the
     point itself counts as the first (Flux App. D.2)."""
-    return np.sort(_nearest(X)[1])
+    return np.sort(_nearest(_distances(np.asarray(X, dtype=np.float64)))[1])
 
 
 def kneedle_index(curve: np.ndarray) -> int | None:
@@ -266,7 +270,10 @@ def noise_ratios(X: np.ndarray, variance: np.ndarray) -> np.ndarray:
     """(K,) each row's distance to its nearest other row divided by √(v_a + v_b), the distance two samples of one
     distribution would have at the rows' sampling variances ``variance`` (K,): ≈ 1 or below when the two rows can
     come from one distribution, well above when they cannot."""
-    nn, dist = _nearest(np.asarray(X, dtype=np.float64))
+    return _ratios(*_nearest(_distances(np.asarray(X, dtype=np.float64))), variance)
+
+
+def _ratios(nn: np.ndarray, dist: np.ndarray, variance: np.ndarray) -> np.ndarray:
     v = np.asarray(variance, dtype=np.float64)
     scale = np.sqrt(v + v[nn])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -298,12 +305,14 @@ def adaptive_dbscan(X: np.ndarray, scaling: float = 1.0, min_samples: int = 2, n
         raise ValueError(f"X must be a non-empty (K, D) matrix, got shape {X.shape}")
     if len(X) == 1:
         return AdaptiveDBSCAN(np.zeros(1, dtype=np.int64), 0.0, False, np.zeros(0))
-    curve = nearest_other_distances(X)
+    d = _distances(X)
+    nn, dist = _nearest(d)
+    curve = np.sort(dist)
     guard = ""
     if variance is not None:
-        r = noise_ratios(X, variance)
+        r = _ratios(nn, dist, variance)
         guard = ("within" if (r <= noise_ratio).all() else
-                 "beyond" if (r > noise_ratio).all() and _largest_step(_mst_edges(X)) < noise_jump else "")
+                 "beyond" if (r > noise_ratio).all() and _largest_step(_mst_edges(d)) < noise_jump else "")
     if guard == "within":
         eps, found = float(curve[-1]), False
     elif guard == "beyond":
