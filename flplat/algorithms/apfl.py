@@ -33,7 +33,7 @@ from torch.func import functional_call
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, LocalHook, Strategy
 from flplat.engine.state import ServerState
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg
 
 
@@ -94,8 +94,7 @@ class APFL(Strategy):
     def validate_config(cfg, section: str) -> None:
         if not 0 <= cfg.alpha <= 1:
             raise ConfigError(f"{section}.alpha={cfg.alpha!r} is out of range; allowed: a number in [0, 1]")
-        if cfg.v_optimizer not in ("sgd", "adam"):
-            raise ConfigError(f"{section}.v_optimizer={cfg.v_optimizer!r} is not valid; choose one of: sgd, adam")
+        param_choice(section, cfg, "v_optimizer", ("sgd", "adam"))
         for key in ("v_lr", "alpha_lr", "v_momentum"):
             if not getattr(cfg, key) >= 0:
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: a number >= 0")

@@ -42,7 +42,7 @@ from torch.func import functional_call
 from flplat.algorithms import register
 from flplat.algorithms.base import Strategy
 from flplat.engine.state import ServerState, derive_seed
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg
 
 
@@ -143,12 +143,8 @@ class ATP(Strategy):
         for key in ("alpha_epochs", "alpha_batch", "alpha_start_round", "adapt_steps"):
             if getattr(cfg, key) < 1:
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: an integer >= 1")
-        if cfg.grad_norm not in GRAD_NORMS:
-            raise ConfigError(f"{section}.grad_norm={cfg.grad_norm!r} is not valid; "
-                              f"choose one of: {', '.join(GRAD_NORMS)}")
-        if cfg.adapt_split not in ("train", "val", "test"):
-            raise ConfigError(f"{section}.adapt_split={cfg.adapt_split!r} is not valid; "
-                              "choose one of: train, val, test")
+        param_choice(section, cfg, "grad_norm", GRAD_NORMS)
+        param_choice(section, cfg, "adapt_split", ("train", "val", "test"))
 
     def init_state(self, init_weights, rng, ops):
         modules = int(sum(self.info.layout.is_param))

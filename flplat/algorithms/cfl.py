@@ -90,9 +90,7 @@ class CFL(ClusteredStrategy):
         if cfg.min_split_clients < 2:
             raise ConfigError(f"{section}.min_split_clients={cfg.min_split_clients!r} is out of range; "
                               "allowed: an integer >= 2")
-        if cfg.assign_absent not in ABSENT:
-            raise ConfigError(f"{section}.assign_absent={cfg.assign_absent!r} is not valid; "
-                              f"choose one of: {', '.join(ABSENT)}")
+        param_choice(section, cfg, "assign_absent", ABSENT)
 
     def init_state(self, init_weights, rng, ops):
         return ServerState(clusters=init_weights.clone()[None],

@@ -85,9 +85,7 @@ class DAPFL(PersonalizedStrategy):
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: a number > 0")
         if cfg.min_shared < 1:
             raise ConfigError(f"{section}.min_shared={cfg.min_shared!r} is out of range; allowed: an integer >= 1")
-        if cfg.local_start not in ("personal", "aggregated"):
-            raise ConfigError(f"{section}.local_start={cfg.local_start!r} is not valid; "
-                              "choose one of: aggregated, personal")
+        param_choice(section, cfg, "local_start", ("aggregated", "personal"))
         param_choice(section, cfg, "pull", ("loss", "step"))
 
     def init_state(self, init_weights, rng, ops):

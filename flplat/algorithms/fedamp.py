@@ -28,7 +28,7 @@ import torch
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, PersonalizedStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice
 from flplat.maths.dapfl_affinity import pairwise_distances
 
 
@@ -64,8 +64,7 @@ class FedAMP(PersonalizedStrategy):
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
-        if cfg.attention not in ("exp_cos", "exp_dist"):
-            raise ConfigError(f"{section}.attention={cfg.attention!r} is not valid; choose one of: exp_cos, exp_dist")
+        param_choice(section, cfg, "attention", ("exp_cos", "exp_dist"))
         for key in ("sigma", "alpha_k"):
             if not getattr(cfg, key) > 0:
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: a number > 0")

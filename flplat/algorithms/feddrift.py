@@ -34,7 +34,7 @@ from flplat.algorithms import register
 from flplat.algorithms.base import ClusteredStrategy, sample_uniform
 from flplat.algorithms.ifca import plan_with_all_models
 from flplat.engine.state import ServerState, derive_seed
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg_by_group
 from flplat.maths.multimodel import cluster_losses, drift_distance, losses_fn, merge_groups
 
@@ -56,9 +56,7 @@ class FedDrift(ClusteredStrategy):
     @staticmethod
     def validate_config(cfg, section: str) -> None:
         for key, allowed in CHOICES.items():
-            if getattr(cfg, key) not in allowed:
-                raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is not valid; "
-                                  f"choose one of: {', '.join(allowed)}")
+            param_choice(section, cfg, key, allowed)
         for key in ("drift_threshold", "merge_threshold"):
             if not getattr(cfg, key) >= 0:
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: a number >= 0")

@@ -52,7 +52,7 @@ from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
 from flplat.engine.state import ServerState, derive_seed
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack
 from flplat.maths.multimodel import losses_fn
 
@@ -106,9 +106,7 @@ class FedSoft(ClusteredStrategy):
             if not getattr(cfg, key) >= 0:
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: a number >= 0")
         for key, allowed in CHOICES.items():
-            if getattr(cfg, key) not in allowed:
-                raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is not valid; "
-                                  f"choose one of: {', '.join(allowed)}")
+            param_choice(section, cfg, key, allowed)
 
     @property
     def _personal(self) -> bool:

@@ -29,7 +29,7 @@ import torch
 from flplat.algorithms import register
 from flplat.algorithms.base import ClientPlan, LocalHook, Strategy
 from flplat.engine.state import ServerState
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack, weighted_mean
 
 WEIGHTING = ("uniform", "samples")
@@ -85,9 +85,7 @@ class PFedMe(Strategy):
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: a number > 0")
         if cfg.inner_steps < 1:
             raise ConfigError(f"{section}.inner_steps={cfg.inner_steps!r} is out of range; allowed: an integer >= 1")
-        if cfg.weighting not in WEIGHTING:
-            raise ConfigError(f"{section}.weighting={cfg.weighting!r} is not valid; "
-                              f"choose one of: {', '.join(WEIGHTING)}")
+        param_choice(section, cfg, "weighting", WEIGHTING)
 
     def init_state(self, init_weights, rng, ops):
         return ServerState(weights=init_weights.clone(), personal=self.info.client_store())

@@ -39,7 +39,7 @@ import torch
 
 from flplat.algorithms import register
 from flplat.algorithms.fedavg import FedAvg
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack, weighted_mean
 
 WEIGHTINGS = ("uniform", "samples")
@@ -83,9 +83,7 @@ class PowerOfChoice(FedAvg):
         if not cfg.d >= 1:
             raise ConfigError(f"{section}.d={cfg.d!r} is out of range; allowed: an integer >= 1")
         for key, allowed in (("weighting", WEIGHTINGS), ("small_d", SMALL_D)):
-            if getattr(cfg, key) not in allowed:
-                raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is not valid; choose one of: "
-                                  f"{', '.join(allowed)}")
+            param_choice(section, cfg, key, allowed)
 
     def __init__(self, cfg, info):
         super().__init__(cfg, info)
