@@ -23,6 +23,16 @@ class Dataset:
     x_test: torch.Tensor | None = None
     y_test: torch.Tensor | None = None
     class_names: list[str] | None = None
+    # Naturally federated data (optional). ``client_ids[i]`` is the natural client (writer, user, site) of pool
+    # sample ``i`` and ``client_ids_test`` the same for the official test set; a ``natural`` partition keeps them.
+    client_ids: np.ndarray | None = None  # int64, (N,)
+    client_ids_test: np.ndarray | None = None  # int64, (N_test,)
+    # Per-sample metadata columns of the pool (e.g. ``domain``, ``sex``, ``age``, ``view``), int64 (N,) each, from
+    # which metadata/domain partitions plant their distributions; ``meta_test`` the same for the test set.
+    meta: dict[str, np.ndarray] | None = None
+    meta_test: dict[str, np.ndarray] | None = None
+    # Multi-label data: ``y`` is float32 (N, num_classes) of 0/1 targets instead of int64 (N,) class indices.
+    multilabel: bool = False
 
     @property
     def input_shape(self) -> tuple[int, ...]:

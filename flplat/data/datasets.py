@@ -123,14 +123,23 @@ def subsample(ds: Dataset, max_train: int, max_test: int, seed: int) -> Dataset:
     def pick(n: int, k: int) -> torch.Tensor | None:
         return torch.from_numpy(np.sort(rng.choice(n, size=k, replace=False))) if 0 < k < n else None
 
+    def per_sample(ids: np.ndarray | None, cols: dict[str, np.ndarray] | None, keep: torch.Tensor, suffix: str):
+        idx = keep.numpy()
+        if ids is not None:
+            out[f"client_ids{suffix}"] = ids[idx]
+        if cols:
+            out[f"meta{suffix}"] = {k: v[idx] for k, v in cols.items()}
+
     out = {}
     keep = pick(len(ds.y_train), max_train)
     if keep is not None:
         out.update(x_train=ds.x_train[keep], y_train=ds.y_train[keep])
+        per_sample(ds.client_ids, ds.meta, keep, "")
     if ds.y_test is not None:
         keep = pick(len(ds.y_test), max_test)
         if keep is not None:
             out.update(x_test=ds.x_test[keep], y_test=ds.y_test[keep])
+            per_sample(ds.client_ids_test, ds.meta_test, keep, "_test")
     return dataclasses.replace(ds, **out) if out else ds
 
 
