@@ -33,6 +33,87 @@ __all__ = ["ConfigError", "ExperimentConfig", "Registries", "dotlist", "namespac
            "validate"]
 
 
+ACS_STATES = ["AL", "AK", "AZ", "AR", "CA", "CO", "CT", "DE", "FL", "GA", "HI", "ID", "IL", "IN", "IA", "KS", "KY",
+              "LA", "ME", "MD", "MA", "MI", "MN", "MS", "MO", "MT", "NE", "NV", "NH", "NJ", "NM", "NY", "NC", "ND",
+              "OH", "OK", "OR", "PA", "RI", "SC", "SD", "TN", "TX", "UT", "VT", "VA", "WA", "WV", "WI", "WY", "PR"]
+
+
+@dataclass
+class TextConfig:
+    """Text datasets (sent140, amazon_reviews; flplat/data/text.py): lowercase word tokens, a vocabulary built on
+    the training split only, ids padded / truncated to ``max_length`` (0 = padding, 1 = out of vocabulary)."""
+
+    max_length: int = 25  # tokens per example (the Clust-PSI-PFL authors' Sent140 length)
+    min_freq: int = 1  # a word enters the vocabulary when it occurs at least this often in the training split
+    max_vocab: int = 100000  # at most this many words (most frequent first); 0: no limit
+    padding: str = "pre"  # pre | post: where the padding ids go (pre: Keras' pad_sequences default)
+    truncation: str = "pre"  # pre | post: which end of a long example is cut off
+
+
+@dataclass
+class ACSIncomeConfig:
+    """``acs_income`` (folktables' ACSIncome task on ACS PUMS person files; flplat/data/tabular.py)."""
+
+    year: int = 2018
+    horizon: str = "1-Year"  # 1-Year | 5-Year
+    states: list[str] = field(default_factory=lambda: list(ACS_STATES))  # 50 states + PR: 1,664,500 people (2018)
+    scaler: str = "robust"  # robust (median / IQR) | standard (mean / std) | none: per feature, fitted on the pool
+
+
+@dataclass
+class SerengetiConfig:
+    """``serengeti`` (Snapshot Serengeti consensus table, Swanson et al. 2015; flplat/data/tabular.py)."""
+
+    num_classes: int = 13  # the most frequent species (ties: alphabetical); used when `classes` is empty
+    classes: list[str] = field(default_factory=list)  # explicit species names, in label order
+    features: list[str] = field(default_factory=lambda: [
+        "NumImages", "Count", "Standing", "Resting", "Moving", "Eating", "Interacting", "Babies", "Hour", "Month",
+        "Site"])
+    scaler: str = "standard"  # robust | standard | none
+
+
+@dataclass
+class Sent140Config:
+    """``sent140`` (flplat/data/text.py): LEAF's JSON or the original Sentiment140 CSV."""
+
+    source: str = "auto"  # auto (LEAF JSON when present, else the CSV) | leaf | csv
+    labels: str = "polarity3"  # polarity3: 0/2/4 -> 0/1/2 (3 classes, Table I) | binary: negative 0, positive 1
+
+
+@dataclass
+class AmazonConfig:
+    """``amazon_reviews`` (flplat/data/text.py)."""
+
+    source: str = "categories"  # categories (6 product classes, 40k + 10k) | full (5 stars) | polarity (2)
+    fields: str = "text"  # text | title_text (the title, a space, then the text)
+
+
+@dataclass
+class FEMNISTConfig:
+    """``femnist`` (LEAF's JSON; flplat/data/leaf.py)."""
+
+    classes: list[str] = field(default_factory=lambda: list("abcdefghij"))  # characters kept (empty: all 62)
+
+
+@dataclass
+class CheXpertConfig:
+    """``chexpert`` (train.csv / valid.csv + images; flplat/data/medical.py)."""
+
+    image_size: int = 64  # images resized to image_size x image_size, grey (Flux's code: 64)
+    uncertain: str = "ones"  # ones (U-Ones: -1 -> 1, Flux's code) | zeros (U-Zeros); blank is always 0
+    age_threshold: int = 50  # meta['age_group'] = age >= this (Flux App. B.1: < 50 vs >= 50)
+    max_train_rows: int = 0  # > 0: only the first rows of train.csv (Flux's code: 100,000); 0: all
+
+
+@dataclass
+class OfficeHomeConfig:
+    """``office_home`` (<Domain>/<Class>/*.jpg; flplat/data/officehome.py)."""
+
+    num_classes: int = 20  # the first classes in sorted folder order (Flux App. B.1: 20); 0: all 65
+    image_size: int = 64  # Flux's code: 64 x 64
+    domains: list[str] = field(default_factory=lambda: ["Art", "Clipart", "Product", "Real_World"])
+
+
 @dataclass
 class DataConfig:
     """Which dataset to load and from where (see :mod:`flplat.data.datasets`)."""
@@ -49,6 +130,16 @@ class DataConfig:
     synthetic_features: int = 20
     synthetic_classes: int = 10
     synthetic_separation: float = 2.0
+    cifar100_classes: int = 0  # cifar100: keep the first n classes (DA-PFL Table II: 20); 0: all 100
+    # the papers' other datasets (flplat/data/tabular.py, text.py, leaf.py, medical.py, officehome.py)
+    text: TextConfig = field(default_factory=TextConfig)
+    acs: ACSIncomeConfig = field(default_factory=ACSIncomeConfig)
+    serengeti: SerengetiConfig = field(default_factory=SerengetiConfig)
+    sent140: Sent140Config = field(default_factory=Sent140Config)
+    amazon: AmazonConfig = field(default_factory=AmazonConfig)
+    femnist: FEMNISTConfig = field(default_factory=FEMNISTConfig)
+    chexpert: CheXpertConfig = field(default_factory=CheXpertConfig)
+    officehome: OfficeHomeConfig = field(default_factory=OfficeHomeConfig)
 
 
 @dataclass
@@ -327,6 +418,42 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
     return cfg
 
 
+def _validate_paper_data(d: Any) -> None:
+    """The data.* groups of the papers' other datasets (flplat/data/tabular.py, text.py, leaf.py, medical.py)."""
+    check_range(0 <= d.cifar100_classes <= 100, "data.cifar100_classes", d.cifar100_classes, "an integer in [0, 100]")
+    t = d.text
+    check_range(t.max_length >= 1, "data.text.max_length", t.max_length, "an integer >= 1")
+    check_range(t.min_freq >= 1, "data.text.min_freq", t.min_freq, "an integer >= 1")
+    check_range(t.max_vocab >= 0, "data.text.max_vocab", t.max_vocab, "an integer >= 0 (0: no limit)")
+    check_choice("data.text.padding", t.padding, ("pre", "post"))
+    check_choice("data.text.truncation", t.truncation, ("pre", "post"))
+    check_choice("data.acs.horizon", d.acs.horizon, ("1-Year", "5-Year"))
+    check_range(d.acs.year >= 2014, "data.acs.year", d.acs.year, "a survey year >= 2014")
+    bad = [s for s in d.acs.states if s not in ACS_STATES]
+    check_range(bool(d.acs.states) and not bad, "data.acs.states", list(d.acs.states),
+                f"a non-empty list of: {', '.join(ACS_STATES)}")
+    for key, value in (("data.acs.scaler", d.acs.scaler), ("data.serengeti.scaler", d.serengeti.scaler)):
+        check_choice(key, value, ("none", "robust", "standard"))
+    check_range(d.serengeti.num_classes >= 2 or len(d.serengeti.classes) >= 2, "data.serengeti.num_classes",
+                d.serengeti.num_classes, "an integer >= 2 (or data.serengeti.classes with at least 2 species)")
+    check_range(bool(d.serengeti.features), "data.serengeti.features", [], "a non-empty list of columns")
+    check_choice("data.sent140.source", d.sent140.source, ("auto", "csv", "leaf"))
+    check_choice("data.sent140.labels", d.sent140.labels, ("binary", "polarity3"))
+    check_choice("data.amazon.source", d.amazon.source, ("categories", "full", "polarity"))
+    check_choice("data.amazon.fields", d.amazon.fields, ("text", "title_text"))
+    check_range(len(set(d.femnist.classes)) == len(d.femnist.classes), "data.femnist.classes",
+                list(d.femnist.classes), "distinct characters of 0-9, A-Z, a-z (empty: all 62)")
+    check_range(d.chexpert.image_size >= 8, "data.chexpert.image_size", d.chexpert.image_size, "an integer >= 8")
+    check_choice("data.chexpert.uncertain", d.chexpert.uncertain, ("ones", "zeros"))
+    check_range(d.chexpert.max_train_rows >= 0, "data.chexpert.max_train_rows", d.chexpert.max_train_rows,
+                "an integer >= 0 (0: all)")
+    o = d.officehome
+    check_range(0 <= o.num_classes <= 65, "data.officehome.num_classes", o.num_classes, "an integer in [0, 65]")
+    check_range(o.image_size >= 8, "data.officehome.image_size", o.image_size, "an integer >= 8")
+    check_range(bool(o.domains), "data.officehome.domains", [], "a non-empty subset of Art, Clipart, Product, "
+                "Real_World")
+
+
 def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     """Check every value; return the config with the namespaced sections resolved to their full schemas."""
     check_choice("data.name", cfg.data.name, names.datasets)
@@ -337,6 +464,7 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_range(d.synthetic_features >= 1, "data.synthetic_features", d.synthetic_features, "an integer >= 1")
     check_range(d.synthetic_classes >= 2, "data.synthetic_classes", d.synthetic_classes, "an integer >= 2")
     check_range(d.synthetic_separation >= 0, "data.synthetic_separation", d.synthetic_separation, "a number >= 0")
+    _validate_paper_data(d)
 
     p = cfg.partition
     check_choice("partition.name", p.name, names.partitions)

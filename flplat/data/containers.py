@@ -17,7 +17,7 @@ class Dataset:
     """
 
     name: str
-    x_train: torch.Tensor  # float32, (N, *input_shape)
+    x_train: torch.Tensor  # float32, (N, *input_shape); int64 token ids (N, L) for text (see ``vocab``)
     y_train: torch.Tensor  # int64, (N,)
     num_classes: int
     x_test: torch.Tensor | None = None
@@ -33,6 +33,9 @@ class Dataset:
     meta_test: dict[str, np.ndarray] | None = None
     # Multi-label data: ``y`` is float32 (N, num_classes) of 0/1 targets instead of int64 (N,) class indices.
     multilabel: bool = False
+    # Text data: ``x`` is int64 token ids (N, L) and ``vocab[i]`` the word of id ``i`` (0: padding, 1: unknown), so
+    # ``len(vocab)`` is the embedding size a model needs (flplat/data/text.py); None for every other dataset.
+    vocab: list[str] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

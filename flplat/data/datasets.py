@@ -19,6 +19,12 @@ Sources
     admits numpy arrays, so torchvision is not needed to read them. 50,000 train + 10,000 test 32x32 RGB images.
 ``synthetic``
     A Gaussian mixture generated from ``data.synthetic_*`` and the experiment seed (see :func:`load_synthetic`).
+``acs_income``, ``serengeti`` (:mod:`flplat.data.tabular`), ``sent140``, ``amazon_reviews`` (:mod:`flplat.data.text`:
+token ids, int64 ``x``), ``femnist`` (:mod:`flplat.data.leaf`), ``chexpert`` (:mod:`flplat.data.medical`: multi-label),
+``office_home`` (:mod:`flplat.data.officehome`)
+    The papers' other datasets, read from their public file formats only (never downloaded); each module's
+    docstring gives the format, the choices made and where to get the files. They fill ``client_ids`` (natural
+    clients: FEMNIST writers, Sent140 users) and ``meta`` (CheXpert view/sex/age, Office-Home domain, ACS state).
 
 Where the files of ``mnist`` / ``fmnist`` / ``cifar10`` / ``cifar100`` are looked for (``data.root``,
 ``$FLPLAT_DATA``, ``../shared/data``, ...), when they are downloaded, and the decoded cache (``data.cache``,
@@ -36,6 +42,7 @@ import numpy as np
 import torch
 
 from flplat.config import DataConfig
+from flplat.data import leaf, medical, officehome, tabular, text
 from flplat.data.containers import Dataset
 from flplat.data.files import (  # noqa: F401 (re-exports: these were defined here before the split)
     _CIFAR_LAYOUT,
@@ -214,5 +221,61 @@ def load_cifar10(cfg: DataConfig, seed: int) -> Dataset:
 
 @register_dataset("cifar100")
 def load_cifar100(cfg: DataConfig, seed: int) -> Dataset:
-    """CIFAR-100 (fine labels): x (50000, 3, 32, 32) + official test set (10000, 3, 32, 32), 100 classes."""
-    return load_cifar(cfg, "cifar100")
+    """CIFAR-100 (fine labels): x (50000, 3, 32, 32) + official test set (10000, 3, 32, 32), 100 classes.
+
+    ``data.cifar100_classes=n`` (> 0) keeps only the images of the first ``n`` fine classes (labels 0..n-1), in
+    both splits: DA-PFL §V-A, "Following the setting in [63], we select the first 20 classes for training and
+    testing" (n = 20: 10,000 + 2,000 images)."""
+    ds = load_cifar(cfg, "cifar100")
+    k = int(getattr(cfg, "cifar100_classes", 0) or 0)
+    if not 0 < k < ds.num_classes:
+        return ds
+    keep, keep_test = ds.y_train < k, ds.y_test < k
+    return Dataset(name="cifar100", x_train=ds.x_train[keep], y_train=ds.y_train[keep], num_classes=k,
+                   x_test=ds.x_test[keep_test], y_test=ds.y_test[keep_test],
+                   class_names=ds.class_names[:k] if ds.class_names else None)
+
+
+# ------------------------------------------------------------- the papers' other datasets (no download: files only)
+
+
+@register_dataset("acs_income")
+def load_acs_income(cfg: DataConfig, seed: int) -> Dataset:
+    """folktables' ACSIncome on ACS PUMS person CSVs (Clust-PSI-PFL Table I): x (N, 10), 2 classes."""
+    return tabular.load_acs_income(cfg)
+
+
+@register_dataset("serengeti")
+def load_serengeti(cfg: DataConfig, seed: int) -> Dataset:
+    """Snapshot Serengeti's consensus table (Clust-PSI-PFL Table I): x (N, F), 13 species by default."""
+    return tabular.load_serengeti(cfg)
+
+
+@register_dataset("sent140")
+def load_sent140(cfg: DataConfig, seed: int) -> Dataset:
+    """Sent140 from LEAF's JSON or the Sentiment140 CSV: token ids (N, L), users as natural clients."""
+    return text.load_sent140(cfg)
+
+
+@register_dataset("amazon_reviews")
+def load_amazon_reviews(cfg: DataConfig, seed: int) -> Dataset:
+    """Amazon reviews (6 product categories by default, Clust-PSI-PFL Table I): token ids (N, L)."""
+    return text.load_amazon(cfg)
+
+
+@register_dataset("femnist")
+def load_femnist(cfg: DataConfig, seed: int) -> Dataset:
+    """FEMNIST from LEAF's JSON: x (N, 1, 28, 28), writers as natural clients, 10 letters by default (DA-PFL)."""
+    return leaf.load_femnist(cfg)
+
+
+@register_dataset("chexpert")
+def load_chexpert(cfg: DataConfig, seed: int) -> Dataset:
+    """CheXpert: grey x (N, 1, S, S), multi-label y (N, 14), view/sex/age metadata (Flux App. B.1)."""
+    return medical.load_chexpert(cfg)
+
+
+@register_dataset("office_home")
+def load_office_home(cfg: DataConfig, seed: int) -> Dataset:
+    """Office-Home: x (N, 3, S, S), 20 classes by default, meta['domain'] (Flux App. B.1)."""
+    return officehome.load_officehome(cfg)

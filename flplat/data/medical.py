@@ -1,0 +1,115 @@
+"""CheXpert (Irvin et al. 2019) as Flux uses it (App. B.1, F.4, Table 59): multi-label chest X-rays with the
+metadata that plants its distributions.
+
+Files: ``train.csv`` and ``valid.csv`` (columns ``Path, Sex, Age, Frontal/Lateral, AP/PA``, then the 14
+observations ``No Finding`` ... ``Support Devices`` with 1 / 0 / -1 (uncertain) / blank) and the images they name.
+``Path`` starts with the archive's directory (``CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg``);
+an image is looked for at ``<dir>/<Path>``, then ``<dir>/<Path without its first directory>`` (the CSVs inside the
+unpacked archive, as Flux's code and the Kaggle copy have them), then ``<dir>/../<Path>``.
+
+Labels (``data.chexpert.uncertain``): y is float32 ``(N, 14)`` of 0/1 (``Dataset.multilabel``); an uncertain -1
+becomes 1 (``ones``: U-Ones, what Flux's code does: ``replace(-1.0, 1.0).fillna(0.0)``) or 0 (``zeros``: U-Zeros); a
+blank is 0 either way. Flux App. B.1 says it keeps "the original data without applying any image augmentations or
+label modifications"; its public code applies U-Ones, which is our default.
+
+Images: read with PIL as grey (``L``), resized to ``data.chexpert.image_size`` (Flux's code: 64) and scaled to
+[0, 1] (no standardisation, as Flux's ``ToTensor``): x float32 ``(N, 1, S, S)``. ``train.csv`` is the pool (its
+first ``data.chexpert.max_train_rows`` rows when > 0; Flux's code uses the first 100,000 rows for training and the
+next 20,000 as its test rows) and ``valid.csv`` the official test set.
+
+Metadata (``meta`` / ``meta_test``, int64, the codes the metadata partitions read):
+``view`` Frontal 0, Lateral 1; ``sex`` Female 0, Male 1, Unknown (or blank) 2; ``age`` in years (-1 when blank);
+``age_group`` 1 when age >= ``data.chexpert.age_threshold`` else 0 (App. B.1: "Age (<50 vs. >=50)"; Flux's code
+splits at 60); ``ap_pa`` AP 0, PA 1, LL 2, RL 3, blank or other -1.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flplat.config import DataConfig
+from flplat.data.containers import Dataset
+from flplat.data.formats import DataFormatError
+from flplat.data.sources import find_data, load_image
+
+CHEXPERT_OBSERVATIONS = [
+    "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
+    "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other", "Fracture",
+    "Support Devices",
+]
+CHEXPERT_META_COLUMNS = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA"]
+CHEXPERT_WHERE = ("CheXpert-v1.0-small from stanfordmlgroup.github.io/competitions/chexpert (or the Kaggle copy "
+                  "ashery/chexpert)")
+VIEW_CODES = {"Frontal": 0, "Lateral": 1}
+SEX_CODES = {"Female": 0, "Male": 1, "Unknown": 2, "": 2}
+AP_PA_CODES = {"AP": 0, "PA": 1, "LL": 2, "RL": 3}
+
+
+def _label(value: str, uncertain: str, path: Path, line: int) -> float:
+    v = value.strip()
+    if v == "":
+        return 0.0
+    try:
+        f = float(v)
+    except ValueError:
+        f = None
+    if f not in (1.0, 0.0, -1.0):
+        raise DataFormatError(f"{path}: line {line}: an observation is 1, 0, -1 or blank, got {value!r}")
+    return (1.0 if uncertain == "ones" else 0.0) if f == -1.0 else f
+
+
+def _image_path(d: Path, rel: str) -> Path:
+    parts = Path(rel).parts
+    for cand in (d / rel, d.joinpath(*parts[1:]) if len(parts) > 1 else d / rel, d.parent / rel):
+        if cand.is_file():
+            return cand
+    raise DataFormatError(f"CheXpert image {rel!r} not found under {d} (looked at {d / rel} and "
+                          f"{d.joinpath(*parts[1:]) if len(parts) > 1 else d / rel})")
+
+
+def _read_split(d: Path, name: str, cfg, max_rows: int = 0):
+    path = d / name
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in (*CHEXPERT_META_COLUMNS, *CHEXPERT_OBSERVATIONS) if c not in (reader.fieldnames or [])]
+        if missing:
+            raise DataFormatError(f"{path}: missing column(s) {', '.join(missing)}")
+        rows = []
+        for row in reader:
+            rows.append(row)
+            if max_rows and len(rows) >= max_rows:
+                break
+    size, unc, thr = int(cfg.image_size), str(cfg.uncertain), int(cfg.age_threshold)
+    x = np.empty((len(rows), 1, size, size), dtype=np.float32)
+    y = np.empty((len(rows), len(CHEXPERT_OBSERVATIONS)), dtype=np.float32)
+    meta = {k: np.empty(len(rows), dtype=np.int64) for k in ("view", "sex", "age", "age_group", "ap_pa")}
+    for i, row in enumerate(rows):
+        line = i + 2
+        x[i] = load_image(_image_path(d, row["Path"]), size, "L")
+        y[i] = [_label(row[c], unc, path, line) for c in CHEXPERT_OBSERVATIONS]
+        view = row["Frontal/Lateral"].strip()
+        if view not in VIEW_CODES:
+            raise DataFormatError(f"{path}: line {line}: Frontal/Lateral is Frontal or Lateral, got {view!r}")
+        age = row["Age"].strip()
+        meta["view"][i] = VIEW_CODES[view]
+        meta["sex"][i] = SEX_CODES.get(row["Sex"].strip(), 2)
+        meta["age"][i] = int(float(age)) if age else -1
+        meta["age_group"][i] = int(meta["age"][i] >= thr)
+        meta["ap_pa"][i] = AP_PA_CODES.get(row["AP/PA"].strip(), -1)
+    return torch.from_numpy(x), torch.from_numpy(y), meta
+
+
+def load_chexpert(cfg: DataConfig) -> Dataset:
+    c = cfg.chexpert
+    d = find_data(cfg, "chexpert", "chexpert",
+                  lambda p: p if (p / "train.csv").is_file() and (p / "valid.csv").is_file() else None,
+                  "train.csv, valid.csv and the images they list", CHEXPERT_WHERE)
+    x_tr, y_tr, meta = _read_split(d, "train.csv", c, int(c.max_train_rows))
+    x_te, y_te, meta_te = _read_split(d, "valid.csv", c)
+    return Dataset(name="chexpert", x_train=x_tr, y_train=y_tr, num_classes=len(CHEXPERT_OBSERVATIONS),
+                   x_test=x_te, y_test=y_te, class_names=list(CHEXPERT_OBSERVATIONS), meta=meta, meta_test=meta_te,
+                   multilabel=True)

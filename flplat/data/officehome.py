@@ -1,0 +1,69 @@
+"""Office-Home (Venkateswara et al. 2017) as Flux uses it (App. B.1: "we restrict the dataset to images with only
+20 classes ... we leverage the four inherent domains of the dataset: Art, Clipart, Product, and Real-World").
+
+Files: the archive's folder layout ``<dir>/<Domain>/<Class>/*.jpg`` (``OfficeHomeDataset_10072016``: domains
+``Art``, ``Clipart``, ``Product``, ``Real World`` -- ``Real_World`` is accepted too -- and 65 class folders in each).
+Classes: the first ``data.officehome.num_classes`` class folders in sorted order (default 20; 0: all 65). Flux does
+not name its 20 classes; its code keeps the labels 0..19 of the Hugging Face copy ``flwrlabs/office-home``, whose
+labels follow the sorted class names, i.e. the same first 20 (Alarm_Clock ... Fan). Images: PIL, RGB, resized to
+``data.officehome.image_size`` (Flux's code: 64) and scaled to [0, 1]: x float32 ``(N, 3, S, S)``. No official
+test set. ``meta['domain']``: the index of the image's domain in ``data.officehome.domains`` (default Art 0,
+Clipart 1, Product 2, Real_World 3), which the domain partitions plant as the distributions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flplat.config import DataConfig
+from flplat.data.containers import Dataset
+from flplat.data.sources import find_data, load_image
+
+OFFICEHOME_WHERE = "OfficeHomeDataset_10072016.zip from hemanthdv.org/officeHomeDataset.html"
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
+
+
+def _domain_dir(d: Path, domain: str) -> Path | None:
+    for name in (domain, domain.replace("_", " "), domain.replace(" ", "_")):
+        if (d / name).is_dir():
+            return d / name
+    return None
+
+
+def _find(d: Path, domains: list[str]) -> dict[str, Path] | None:
+    for base in (d, d / "OfficeHomeDataset_10072016"):
+        dirs = {dom: _domain_dir(base, dom) for dom in domains}
+        if all(dirs.values()):
+            return dirs
+    return None
+
+
+def load_officehome(cfg: DataConfig) -> Dataset:
+    o = cfg.officehome
+    domains = [str(x) for x in o.domains]
+    dirs = find_data(cfg, "office_home", "office_home", lambda d: _find(d, domains),
+                     f"the domain folders {', '.join(domains)} with one folder per class", OFFICEHOME_WHERE)
+    classes = sorted({c.name for p in dirs.values() for c in p.iterdir() if c.is_dir()})
+    if o.num_classes:
+        classes = classes[: int(o.num_classes)]
+    label = {c: i for i, c in enumerate(classes)}
+    files, ys, doms = [], [], []
+    for k, dom in enumerate(domains):
+        for cls in classes:
+            folder = dirs[dom] / cls
+            if not folder.is_dir():
+                continue
+            for f in sorted(folder.iterdir()):
+                if f.suffix.lower() in IMAGE_SUFFIXES:
+                    files.append(f)
+                    ys.append(label[cls])
+                    doms.append(k)
+    size = int(o.image_size)
+    x = np.empty((len(files), 3, size, size), dtype=np.float32)
+    for i, f in enumerate(files):
+        x[i] = load_image(f, size, "RGB")
+    return Dataset(name="office_home", x_train=torch.from_numpy(x), y_train=torch.as_tensor(ys, dtype=torch.int64),
+                   num_classes=len(classes), class_names=classes, meta={"domain": np.asarray(doms, dtype=np.int64)})

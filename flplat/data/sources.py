@@ -1,0 +1,51 @@
+"""Finding the files of the datasets that cannot be downloaded at run time (the papers' tabular, text, natural-client
+and medical sets): the same documented lookup as the image sets (:func:`flplat.data.files._candidate_dirs`:
+``data.root`` only when set, else ``$FLPLAT_DATA``, ``../shared/data/<layout>``, ``~/.cache/flplat/<layout>``; in
+each, the directory itself or its ``<layout>`` sub-directory), and one error when nothing is found:
+``<name> data not found: <where to get it>; need ...; looked in: ...``. ``data.download`` never fetches these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flplat.config import DataConfig
+from flplat.data.files import ENV_VAR, DataUnavailableError, _candidate_dirs
+from flplat.data.formats import DataFormatError
+
+__all__ = ["find_data", "load_image"]
+
+
+def find_data(cfg: DataConfig, name: str, layout: str, find: Callable[[Path], Any], needed: str, where: str) -> Any:
+    """``find(d)`` for the first candidate directory where it is not None; else :class:`DataUnavailableError`
+    (one line) naming ``where`` the files come from, what is needed and every directory looked in."""
+    looked = _candidate_dirs(cfg, layout)
+    for d in looked:
+        if d.is_dir():
+            found = find(d)
+            if found is not None:
+                return found
+    fix = f"data.root={str(cfg.root)!r} holds none of them" if cfg.root else \
+        f"set data.root=DIR or ${ENV_VAR}=DIR to a directory holding them"
+    note = " (data.download does not fetch this dataset)" if cfg.download else ""
+    raise DataUnavailableError(f"{name} data not found: {where}; need {needed}; looked in: "
+                               f"{', '.join(map(str, looked))}; to fix: {fix}{note}")
+
+
+
+def load_image(path: Path, size: int, mode: str) -> np.ndarray:
+    """One image file as float32 (C, size, size) in [0, 1]: PIL, converted to ``mode`` (``L`` grey, ``RGB``) and
+    resized bilinearly (with antialiasing, as torchvision's Resize on PIL images)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            arr = np.asarray(img.convert(mode).resize((size, size), Image.BILINEAR), dtype=np.float32)
+    except OSError as e:
+        raise DataFormatError(f"cannot read image {path}: {e}") from None
+    arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+    return arr / np.float32(255.0)
