@@ -94,12 +94,31 @@ class Prepared:
     partition_metrics: dict[str, float]
 
 
+def check_token_inputs(dataset, model_name: str) -> None:
+    """A text dataset gives int64 token ids (flplat/data/text.py); a model without an embedding (no ``vocab_size``
+    in its Config) would fail in its first layer with a dtype error, so say so first."""
+    import dataclasses
+
+    from flplat.models.base import MODELS
+
+    if dataset.vocab is None or dataset.x_train.is_floating_point():
+        return
+    spec = MODELS.get(model_name)
+    if spec is None or "vocab_size" in {f.name for f in dataclasses.fields(spec.Config)}:
+        return
+    text_models = sorted(n for n, s in MODELS.items() if "vocab_size" in {f.name for f in dataclasses.fields(s.Config)})
+    raise ConfigError(f"model.name={model_name!r} takes float features, but data.name={dataset.name!r} gives int64 "
+                      f"token ids {tuple(dataset.x_train.shape)} over {len(dataset.vocab)} words; allowed: a model "
+                      f"with an embedding ({', '.join(text_models) or 'none is registered yet'})")
+
+
 def prepare(cfg: DictConfig) -> Prepared:
     """Load data, partition, build model, trainer and strategy. Raises ConfigError on bad input."""
     seed = int(cfg.seed)
     # launch first: with several processes the others start (imports, data) while this one loads the data
     fabric = build_fabric(cfg.fabric)
     dataset = load_dataset(cfg.data, derive_seed(seed, "data"))
+    check_token_inputs(dataset, cfg.model.name)
     data = build_federation(dataset, cfg.partition, derive_seed(seed, "partition"))
     if cfg.partition.test_fraction == 0 and data.x_global_test is None:
         raise ConfigError("partition.test_fraction=0.0 leaves no test data to evaluate on; allowed: a number in (0, 1)")

@@ -350,3 +350,23 @@ def test_bad_paper_data_keys_name_the_key(override: str, key: str) -> None:
 
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(None, [override])
+
+
+def test_token_ids_get_a_clear_error_where_float_inputs_are_assumed() -> None:
+    """Text x is int64 token ids: a model without an embedding and PQFed's PCA of the inputs refuse it by name."""
+    from types import SimpleNamespace
+
+    from flplat.data.containers import Dataset
+    from flplat.data.pqfed_partition import pqfed_sources
+    from flplat.experiment import check_token_inputs
+
+    ids = torch.tensor([[0, 2, 3], [2, 2, 1]])
+    text = Dataset(name="sent140", x_train=ids, y_train=torch.tensor([0, 2]), num_classes=3, x_test=ids,
+                   y_test=torch.tensor([0, 2]), vocab=["<pad>", "<unk>", "good", "bad"])
+    with pytest.raises(ConfigError, match=r"model.name='mlp' takes float features.*token ids \(2, 3\) over 4 words"):
+        check_token_inputs(text, "mlp")
+    check_token_inputs(Dataset(name="digits", x_train=torch.zeros(2, 3), y_train=torch.tensor([0, 1]),
+                               num_classes=2), "mlp")  # float features: nothing to say
+    with pytest.raises(ConfigError, match="partition.name='pqfed'.*token ids"):
+        pqfed_sources(text, SimpleNamespace(pqfed_public_size=1, pqfed_pca_components=1, pqfed_sources=1),
+                      np.random.default_rng(0))

@@ -51,6 +51,9 @@ def pqfed_sources(dataset: Dataset, cfg: Any, rng: np.random.Generator) -> tuple
     if dataset.x_test is None:
         raise ConfigError(f"partition.name='pqfed' needs a dataset with an official test set for the public sample; "
                           f"data.name={dataset.name!r} has none (use mnist, fmnist, cifar10 or synthetic)")
+    if not dataset.x_test.is_floating_point():
+        raise ConfigError(f"partition.name='pqfed' clusters PCA projections of the inputs; data.name={dataset.name!r} "
+                          "gives token ids (text), which have no such geometry; allowed: an image or tabular dataset")
     n_pub = int(cfg.pqfed_public_size)
     if n_pub > len(dataset.x_test):
         raise ConfigError(f"partition.pqfed_public_size={n_pub} exceeds the {len(dataset.x_test)} test images; "
