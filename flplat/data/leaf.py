@@ -27,6 +27,7 @@ from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError
 from flplat.data.sources import find_data
+from flplat.errors import ConfigError
 
 FEMNIST_CHARS = string.digits + string.ascii_uppercase + string.ascii_lowercase  # LEAF's class order (62)
 FEMNIST_WHERE = "LEAF's femnist (github.com/TalwalkarLab/leaf: data/femnist/preprocess.sh writes data/all_data/*.json)"
@@ -58,7 +59,7 @@ def _split_files(d: Path) -> dict[str, list[Path]] | None:
     return {"train": pool, "test": []} if pool else None
 
 
-def read_leaf_dir(d: Path, subdirs: tuple[str, ...] = ("data",), name: str = "leaf") -> dict[str, Any] | None:
+def read_leaf_dir(d: Path, subdirs: tuple[str, ...] = ("data",)) -> dict[str, Any] | None:
     """``{"train": {"rows": [...]}, "test": {"rows": [...]} | None, "path": dir}`` of the first of ``d`` and
     ``d/<subdir>`` holding LEAF's split directories or ``all_data``; None when neither does."""
     for base in (d, *(d / s for s in subdirs)):
@@ -91,11 +92,9 @@ def load_femnist(cfg: DataConfig) -> Dataset:
     chars = list(cfg.femnist.classes) or list(FEMNIST_CHARS)
     bad = [c for c in chars if c not in FEMNIST_CHARS]
     if bad:
-        from flplat.errors import ConfigError
-
         raise ConfigError(f"data.femnist.classes={chars!r} is not valid; allowed: characters of 0-9, A-Z, a-z")
     keep = {FEMNIST_CHARS.index(c): i for i, c in enumerate(chars)}
-    found = find_data(cfg, "femnist", "femnist", lambda d: read_leaf_dir(d, ("data",), "femnist"),
+    found = find_data(cfg, "femnist", "femnist", lambda d: read_leaf_dir(d, ("data",)),
                       "LEAF train/*.json + test/*.json or all_data/*.json", FEMNIST_WHERE)
     u_tr, x_tr, y_tr = _femnist_arrays(found["train"]["rows"], keep, found["path"])
     ds = Dataset(name="femnist", x_train=x_tr, y_train=y_tr, num_classes=len(chars), class_names=chars)

@@ -34,7 +34,7 @@ import torch
 from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError
-from flplat.data.sources import find_data, load_image
+from flplat.data.sources import find_data, load_image, progress
 
 CHEXPERT_OBSERVATIONS = [
     "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
@@ -87,7 +87,7 @@ def _read_split(d: Path, name: str, cfg, max_rows: int = 0):
     x = np.empty((len(rows), 1, size, size), dtype=np.float32)
     y = np.empty((len(rows), len(CHEXPERT_OBSERVATIONS)), dtype=np.float32)
     meta = {k: np.empty(len(rows), dtype=np.int64) for k in ("view", "sex", "age", "age_group", "ap_pa")}
-    for i, row in enumerate(rows):
+    for i, row in enumerate(progress(rows, len(rows), f"chexpert {name}")):
         line = i + 2
         x[i] = load_image(_image_path(d, row["Path"]), size, "L")
         y[i] = [_label(row[c], unc, path, line) for c in CHEXPERT_OBSERVATIONS]

@@ -20,7 +20,7 @@ import torch
 
 from flplat.config import DataConfig
 from flplat.data.containers import Dataset
-from flplat.data.sources import find_data, load_image
+from flplat.data.sources import find_data, load_image, progress
 
 OFFICEHOME_WHERE = "OfficeHomeDataset_10072016.zip from hemanthdv.org/officeHomeDataset.html"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
@@ -63,7 +63,7 @@ def load_officehome(cfg: DataConfig) -> Dataset:
                     doms.append(k)
     size = int(o.image_size)
     x = np.empty((len(files), 3, size, size), dtype=np.float32)
-    for i, f in enumerate(files):
+    for i, f in enumerate(progress(files, len(files), "office_home images")):
         x[i] = load_image(f, size, "RGB")
     return Dataset(name="office_home", x_train=torch.from_numpy(x), y_train=torch.as_tensor(ys, dtype=torch.int64),
                    num_classes=len(classes), class_names=classes, meta={"domain": np.asarray(doms, dtype=np.int64)})

@@ -43,6 +43,7 @@ from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError
 from flplat.data.sources import find_data
+from flplat.errors import ConfigError
 
 ACS_FEATURES = ["AGEP", "COW", "SCHL", "MAR", "OCCP", "POBP", "RELP", "WKHP", "SEX", "RAC1P"]
 ACS_FIPS = {"AL": "01", "AK": "02", "AZ": "04", "AR": "05", "CA": "06", "CO": "08", "CT": "09", "DE": "10",
@@ -172,8 +173,6 @@ def load_serengeti(cfg: DataConfig) -> Dataset:
         classes = [str(c) for c in s.classes]
         absent = [c for c in classes if c not in counts]
         if absent:
-            from flplat.errors import ConfigError
-
             raise ConfigError(f"data.serengeti.classes names species absent from {path}: {', '.join(absent)}; "
                               f"allowed: {', '.join(sorted(counts))}")
     else:

@@ -92,14 +92,17 @@ def encode(token_lists: Iterable[Sequence[str]], vocab: Sequence[str], max_lengt
            truncation: str = "pre") -> torch.Tensor:
     """int64 ``(N, max_length)`` ids of ``vocab`` (unknown words: 1), padded with 0 and truncated as documented."""
     index = {w: i for i, w in enumerate(vocab)}
-    rows = []
-    for tokens in token_lists:
+    token_lists = list(token_lists)
+    out = np.full((len(token_lists), max_length), PAD, dtype=np.int64)
+    for row, tokens in zip(out, token_lists):
         ids = [index.get(w, OOV) for w in tokens]
         if len(ids) > max_length:
             ids = ids[len(ids) - max_length:] if truncation == "pre" else ids[:max_length]
-        pad = [PAD] * (max_length - len(ids))
-        rows.append(pad + ids if padding == "pre" else ids + pad)
-    return torch.tensor(rows, dtype=torch.int64).reshape(-1, max_length)
+        if ids and padding == "pre":
+            row[max_length - len(ids):] = ids
+        elif ids:
+            row[:len(ids)] = ids
+    return torch.from_numpy(out)
 
 
 def text_dataset(cfg: DataConfig, name: str, train_texts: list[str], y_train, num_classes: int,
@@ -160,7 +163,7 @@ def _leaf_sent140(pool: dict, path: Path) -> tuple[list[int], list[str], list[st
 
 def _find_sent140(d: Path, source: str):
     if source in ("auto", "leaf"):
-        leaf = read_leaf_dir(d, ("data",), name="sent140")
+        leaf = read_leaf_dir(d, ("data",))
         if leaf is not None:
             return "leaf", leaf
     if source in ("auto", "csv") and (d / SENT140_CSV).is_file():
