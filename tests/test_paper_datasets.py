@@ -370,3 +370,8 @@ def test_token_ids_get_a_clear_error_where_float_inputs_are_assumed() -> None:
     with pytest.raises(ConfigError, match="partition.name='pqfed'.*token ids"):
         pqfed_sources(text, SimpleNamespace(pqfed_public_size=1, pqfed_pca_components=1, pqfed_sources=1),
                       np.random.default_rng(0))
+    from flplat.algorithms.pqfed import PQFed
+
+    fake = SimpleNamespace(cfg=SimpleNamespace(public_size=2), info=SimpleNamespace(public_x=ids))
+    with pytest.raises(ConfigError, match="algorithm.name='pqfed'.*token ids"):
+        PQFed.similarity(fake, np.random.default_rng(0), None)

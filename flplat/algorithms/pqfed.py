@@ -160,6 +160,9 @@ class PQFed(Strategy):
     def similarity(self, rng: np.random.Generator, ops) -> tuple[np.ndarray, np.ndarray]:
         """EMD of every client to the target and the ordered candidate collaborators."""
         c, pub = self.cfg, self.info.public_x
+        if not pub.is_floating_point():  # text: token ids have no PCA geometry (a float cast would hide it)
+            raise ConfigError("algorithm.name='pqfed' projects the inputs on a PCA of the public sample; the data "
+                              "are token ids (text); allowed: an image or tabular dataset")
         if len(pub) > c.public_size:
             pub = pub[np.sort(rng.choice(len(pub), size=c.public_size, replace=False))]
         mean, comps = pm.fit_public_pca(pub.float().cpu().numpy(), c.pca_components)
