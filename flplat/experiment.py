@@ -95,12 +95,17 @@ class Prepared:
 
 
 def check_token_inputs(dataset, model_name: str) -> None:
-    """A text dataset gives int64 token ids (flplat/data/text.py); a model without an embedding (no ``vocab_size``
-    in its Config) would fail in its first layer with a dtype error, so say so first."""
+    """Data the rest of the harness cannot take yet, refused by name before it fails deep inside: a text dataset
+    gives int64 token ids (flplat/data/text.py), which a model without an embedding (no ``vocab_size`` in its
+    Config) would meet with a dtype error in its first layer; a multi-label dataset (CheXpert) has y (N, C)."""
     import dataclasses
 
     from flplat.models.base import MODELS
 
+    if dataset.multilabel:  # until multi-label training (BCE) and macro ROC AUC exist (issue 23 item 2)
+        raise ConfigError(f"data.name={dataset.name!r} is multi-label (y {tuple(dataset.y_train.shape)} of 0/1); the "
+                          "training loop, partitions and metrics take one class label per sample; allowed: a "
+                          "single-label dataset")
     if dataset.vocab is None or dataset.x_train.is_floating_point():
         return
     spec = MODELS.get(model_name)
