@@ -379,3 +379,45 @@ def test_token_ids_get_a_clear_error_where_float_inputs_are_assumed() -> None:
     fake = SimpleNamespace(cfg=SimpleNamespace(public_size=2), info=SimpleNamespace(public_x=ids))
     with pytest.raises(ConfigError, match="algorithm.name='pqfed'.*token ids"):
         PQFed.similarity(fake, np.random.default_rng(0), None)
+
+
+def test_decoded_images_are_cached_by_settings_and_files(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CheXpert / Office-Home images are decoded once: a second load with the same settings and files reads the
+    decoded-data cache; another image size, a changed file or data.cache=false decodes again."""
+    from flplat.data import medical, officehome
+
+    root = isolated / "oh"
+    for dom in ("Art", "Clipart", "Product", "Real_World"):
+        _grey(root / dom / "Bed" / "1.jpg", 100, mode="RGB")
+    first = load_dataset(cfg("office_home", root, officehome={"image_size": 8}), 0)
+    assert list((isolated / "cache" / "decoded").iterdir())  # the entry was written
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("decoded again")
+
+    monkeypatch.setattr(officehome, "load_image", no_decode)
+    again = load_dataset(cfg("office_home", root, officehome={"image_size": 8}), 0)
+    assert torch.equal(again.x_train, first.x_train) and again.meta["domain"].tolist() == [0, 1, 2, 3]
+    for other in (cfg("office_home", root, officehome={"image_size": 16}), cfg("office_home", root)):
+        with pytest.raises(AssertionError, match="decoded again"):
+            load_dataset(other, 0)
+    _grey(root / "Art" / "Bed" / "1.jpg", 10, size=22, mode="RGB")  # the same file, rewritten
+    with pytest.raises(AssertionError, match="decoded again"):
+        load_dataset(cfg("office_home", root, officehome={"image_size": 8}), 0)
+    monkeypatch.undo()
+    d = isolated / "chex"
+    write_csv(d / "train.csv", [["CheXpert-v1.0-small/train/p1/s1/view1_frontal.jpg", "Male", "70", "Frontal", "PA",
+                                 *(["1.0"] * 14)]], header=CHEX_HEADER)
+    write_csv(d / "valid.csv", [["CheXpert-v1.0-small/valid/p2/s1/view1_frontal.jpg", "Male", "30", "Lateral", "",
+                                 *(["-1.0"] * 14)]], header=CHEX_HEADER)
+    _grey(d / "train/p1/s1/view1_frontal.jpg", 255)
+    _grey(d / "valid/p2/s1/view1_frontal.jpg", 0)
+    ones = load_dataset(cfg("chexpert", d), 0)
+    monkeypatch.setattr(medical, "load_image", no_decode)
+    assert torch.equal(load_dataset(cfg("chexpert", d), 0).y_test, ones.y_test)  # from the cache
+    with pytest.raises(AssertionError, match="decoded again"):
+        load_dataset(cfg("chexpert", d, chexpert={"uncertain": "zeros"}), 0)  # labels differ: not the same entry
+    from flplat.experiment import load_config
+
+    with pytest.raises(AssertionError, match="decoded again"):
+        load_dataset(load_config(None, ["data.name=chexpert", f"data.root={d}", "data.cache=false"]).data, 0)

@@ -15,7 +15,9 @@ label modifications"; its public code applies U-Ones, which is our default.
 Images: read with PIL as grey (``L``), resized to ``data.chexpert.image_size`` (Flux's code: 64) and scaled to
 [0, 1] (no standardisation, as Flux's ``ToTensor``): x float32 ``(N, 1, S, S)``. ``train.csv`` is the pool (its
 first ``data.chexpert.max_train_rows`` rows when > 0; Flux's code uses the first 100,000 rows for training and the
-next 20,000 as its test rows) and ``valid.csv`` the official test set.
+next 20,000 as its test rows) and ``valid.csv`` the official test set. The decoded arrays are kept in the
+decoded-data cache (``data.cache_dir``), keyed by the two CSVs' contents and the settings above; an image changed
+under unchanged CSVs is not noticed (``data.cache=false`` reads them again).
 
 Metadata (``meta`` / ``meta_test``, int64, the codes the metadata partitions read):
 ``view`` Frontal 0, Lateral 1; ``sex`` Female 0, Male 1, Unknown (or blank) 2; ``age`` in years (-1 when blank);
@@ -34,7 +36,7 @@ import torch
 from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError
-from flplat.data.sources import find_data, load_image, progress
+from flplat.data.sources import cached, find_data, load_image, progress
 
 CHEXPERT_OBSERVATIONS = [
     "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
@@ -100,7 +102,7 @@ def _read_split(d: Path, name: str, cfg, max_rows: int = 0):
         meta["age"][i] = int(float(age)) if age else -1
         meta["age_group"][i] = int(meta["age"][i] >= thr)
         meta["ap_pa"][i] = AP_PA_CODES.get(row["AP/PA"].strip(), -1)
-    return torch.from_numpy(x), torch.from_numpy(y), meta
+    return x, y, meta
 
 
 def load_chexpert(cfg: DataConfig) -> Dataset:
@@ -108,8 +110,19 @@ def load_chexpert(cfg: DataConfig) -> Dataset:
     d = find_data(cfg, "chexpert", "chexpert",
                   lambda p: p if (p / "train.csv").is_file() and (p / "valid.csv").is_file() else None,
                   "train.csv, valid.csv and the images they list", CHEXPERT_WHERE)
-    x_tr, y_tr, meta = _read_split(d, "train.csv", c, int(c.max_train_rows))
-    x_te, y_te, meta_te = _read_split(d, "valid.csv", c)
-    return Dataset(name="chexpert", x_train=x_tr, y_train=y_tr, num_classes=len(CHEXPERT_OBSERVATIONS),
-                   x_test=x_te, y_test=y_te, class_names=list(CHEXPERT_OBSERVATIONS), meta=meta, meta_test=meta_te,
-                   multilabel=True)
+
+    def build() -> dict[str, np.ndarray]:
+        out = {}
+        for split, name, rows in (("train", "train.csv", int(c.max_train_rows)), ("test", "valid.csv", 0)):
+            x, y, meta = _read_split(d, name, c, rows)
+            out.update({f"x_{split}": x, f"y_{split}": y, **{f"meta_{split}_{k}": v for k, v in meta.items()}})
+        return out
+
+    settings = (int(c.image_size), str(c.uncertain), int(c.age_threshold), int(c.max_train_rows))
+    a = cached(cfg, "chexpert", settings, [d / "train.csv", d / "valid.csv"], build)
+    meta = {k[len("meta_train_"):]: v for k, v in a.items() if k.startswith("meta_train_")}
+    meta_te = {k[len("meta_test_"):]: v for k, v in a.items() if k.startswith("meta_test_")}
+    return Dataset(name="chexpert", x_train=torch.from_numpy(a["x_train"]), y_train=torch.from_numpy(a["y_train"]),
+                   num_classes=len(CHEXPERT_OBSERVATIONS), x_test=torch.from_numpy(a["x_test"]),
+                   y_test=torch.from_numpy(a["y_test"]), class_names=list(CHEXPERT_OBSERVATIONS), meta=meta,
+                   meta_test=meta_te, multilabel=True)

@@ -8,7 +8,9 @@ not name its 20 classes; its code keeps the labels 0..19 of the Hugging Face cop
 labels follow the sorted class names, i.e. the same first 20 (Alarm_Clock ... Fan). Images: PIL, RGB, resized to
 ``data.officehome.image_size`` (Flux's code: 64) and scaled to [0, 1]: x float32 ``(N, 3, S, S)``. No official
 test set. ``meta['domain']``: the index of the image's domain in ``data.officehome.domains`` (default Art 0,
-Clipart 1, Product 2, Real_World 3), which the domain partitions plant as the distributions.
+Clipart 1, Product 2, Real_World 3), which the domain partitions plant as the distributions. The decoded images
+are kept in the decoded-data cache (``data.cache_dir``), keyed by the image size and each file's path, size and
+modification time.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 
 from flplat.config import DataConfig
 from flplat.data.containers import Dataset
-from flplat.data.sources import find_data, load_image, progress
+from flplat.data.sources import cached, find_data, load_image, progress
 
 OFFICEHOME_WHERE = "OfficeHomeDataset_10072016.zip from hemanthdv.org/officeHomeDataset.html"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
@@ -62,8 +64,14 @@ def load_officehome(cfg: DataConfig) -> Dataset:
                     ys.append(label[cls])
                     doms.append(k)
     size = int(o.image_size)
-    x = np.empty((len(files), 3, size, size), dtype=np.float32)
-    for i, f in enumerate(progress(files, len(files), "office_home images")):
-        x[i] = load_image(f, size, "RGB")
+
+    def build() -> dict[str, np.ndarray]:
+        x = np.empty((len(files), 3, size, size), dtype=np.float32)
+        for i, f in enumerate(progress(files, len(files), "office_home images")):
+            x[i] = load_image(f, size, "RGB")
+        return {"x": x}
+
+    listing = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]  # the cache key: which files, as is
+    x = cached(cfg, "office_home", (size, listing), [], build)["x"]
     return Dataset(name="office_home", x_train=torch.from_numpy(x), y_train=torch.as_tensor(ys, dtype=torch.int64),
                    num_classes=len(classes), class_names=classes, meta={"domain": np.asarray(doms, dtype=np.int64)})

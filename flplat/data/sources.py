@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from flplat.config import DataConfig
-from flplat.data.files import ENV_VAR, DataUnavailableError, _candidate_dirs
+from flplat.data.files import ENV_VAR, DataUnavailableError, _cached_arrays, _candidate_dirs
 from flplat.data.formats import DataFormatError
 
-__all__ = ["find_data", "load_image", "progress"]
+__all__ = ["cached", "find_data", "load_image", "progress"]
 
 log = logging.getLogger("flplat")
 
@@ -64,3 +64,18 @@ def progress(items: Iterable, total: int, what: str, every: int = 10000) -> Iter
         if total > every and (i % every == 0 or i == total):
             spent = time.monotonic() - start
             log.info("%s: %d/%d read, %.0fs elapsed, ~%.0fs left", what, i, total, spent, spent * (total - i) / i)
+
+
+def cached(cfg: DataConfig, name: str, settings: Any, sources: list[Path],
+           build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """``build()``'s arrays through the decoded-data cache (:func:`flplat.data.files._cached_arrays`:
+    ``data.cache_dir``, off with ``data.cache=false``), keyed by ``name``, the ``settings`` the arrays depend on
+    (their ``repr``) and the SHA-256 of the ``sources`` files' contents."""
+    import hashlib
+
+    import torch
+
+    key = f"{name}-{hashlib.sha256(repr(settings).encode()).hexdigest()[:12]}"
+    arrays = _cached_arrays(cfg, key, sources,
+                            lambda: {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in build().items()})
+    return {k: v.numpy() for k, v in arrays.items()}

@@ -13,6 +13,7 @@ PWGTP >= 1. Categoricals (COW, SCHL, MAR, OCCP, POBP, RELP, SEX, RAC1P) keep the
 a missing value is -1 (folktables' ``df_to_numpy``); then every column is scaled with ``data.acs.scaler`` (robust:
 (x - median) / IQR, the authors' choice; standard; none), fitted on the pool. There is no official test set.
 ``meta``: ``state`` (the FIPS code), ``sex`` (1 male, 2 female) and ``race`` (RAC1P, 1..9): ACS codes as they are.
+The result is kept in the decoded-data cache (``data.cache_dir``), keyed by the files' contents and these keys.
 
 Serengeti (``data.serengeti.*``)
 --------------------------------
@@ -42,7 +43,7 @@ import torch
 from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError
-from flplat.data.sources import find_data
+from flplat.data.sources import cached, find_data
 from flplat.errors import ConfigError
 
 ACS_FEATURES = ["AGEP", "COW", "SCHL", "MAR", "OCCP", "POBP", "RELP", "WKHP", "SEX", "RAC1P"]
@@ -119,19 +120,24 @@ def load_acs_income(cfg: DataConfig) -> Dataset:
         (", ..." if len(states) > 3 else "")
     paths = find_data(cfg, "acs_income", "acs_income", lambda d: _find_acs(d, year, horizon, states), needed,
                       ACS_WHERE)
-    xs, ys, fips = [], [], []
-    for path, st in zip(paths, states):
-        df = _read_acs_csv(path, year, st)
-        df = df[(df.AGEP > 16) & (df.PINCP > 100) & (df.WKHP > 0) & (df.PWGTP >= 1)]  # folktables' adult_filter
-        xs.append(df[ACS_FEATURES].fillna(-1).to_numpy(np.float64))
-        ys.append((df.PINCP > 50000).to_numpy(np.int64))
-        fips.append(np.full(len(df), int(ACS_FIPS[st]), np.int64))
-    raw = np.concatenate(xs)
-    x = scale(raw, str(a.scaler)).astype(np.float32)
-    return Dataset(name="acs_income", x_train=torch.from_numpy(x), y_train=torch.from_numpy(np.concatenate(ys)),
+
+    def build() -> dict[str, np.ndarray]:
+        xs, ys, fips = [], [], []
+        for path, st in zip(paths, states):
+            df = _read_acs_csv(path, year, st)
+            df = df[(df.AGEP > 16) & (df.PINCP > 100) & (df.WKHP > 0) & (df.PWGTP >= 1)]  # folktables' adult_filter
+            xs.append(df[ACS_FEATURES].fillna(-1).to_numpy(np.float64))
+            ys.append((df.PINCP > 50000).to_numpy(np.int64))
+            fips.append(np.full(len(df), int(ACS_FIPS[st]), np.int64))
+        raw = np.concatenate(xs)
+        return {"x": scale(raw, str(a.scaler)).astype(np.float32), "y": np.concatenate(ys),
+                "state": np.concatenate(fips), "sex": raw[:, ACS_FEATURES.index("SEX")].astype(np.int64),
+                "race": raw[:, ACS_FEATURES.index("RAC1P")].astype(np.int64)}
+
+    arr = cached(cfg, "acs_income", (year, horizon, states, str(a.scaler)), list(paths), build)
+    return Dataset(name="acs_income", x_train=torch.from_numpy(arr["x"]), y_train=torch.from_numpy(arr["y"]),
                    num_classes=2, class_names=["<=50K", ">50K"],
-                   meta={"state": np.concatenate(fips), "sex": raw[:, ACS_FEATURES.index("SEX")].astype(np.int64),
-                         "race": raw[:, ACS_FEATURES.index("RAC1P")].astype(np.int64)})
+                   meta={k: arr[k] for k in ("state", "sex", "race")})
 
 
 # --------------------------------------------------------------------------------------------------- Serengeti
