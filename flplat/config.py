@@ -441,7 +441,9 @@ def _validate_paper_data(d: Any) -> None:
     check_choice("data.sent140.labels", d.sent140.labels, ("binary", "polarity3"))
     check_choice("data.amazon.source", d.amazon.source, ("categories", "full", "polarity"))
     check_choice("data.amazon.fields", d.amazon.fields, ("text", "title_text"))
-    check_range(len(set(d.femnist.classes)) == len(d.femnist.classes), "data.femnist.classes",
+    chars = list(d.femnist.classes)
+    check_range(len(set(chars)) == len(chars) and all(len(c) == 1 and c.isascii() and c.isalnum() for c in chars),
+                "data.femnist.classes",
                 list(d.femnist.classes), "distinct characters of 0-9, A-Z, a-z (empty: all 62)")
     check_range(d.chexpert.image_size >= 8, "data.chexpert.image_size", d.chexpert.image_size, "an integer >= 8")
     check_choice("data.chexpert.uncertain", d.chexpert.uncertain, ("ones", "zeros"))

@@ -342,7 +342,8 @@ def test_missing_files_say_data_not_found_and_where(isolated: Path, name: str, w
     ("data.text.padding=left", "data.text.padding"), ("data.text.max_length=0", "data.text.max_length"),
     ("data.sent140.labels=five", "data.sent140.labels"), ("data.amazon.source=books", "data.amazon.source"),
     ("data.acs.states=[XX]", "data.acs.states"), ("data.chexpert.uncertain=maybe", "data.chexpert.uncertain"),
-    ("data.cifar100_classes=101", "data.cifar100_classes"), ("data.officehome.num_classes=66",
+    ("data.cifar100_classes=101", "data.cifar100_classes"), ("data.femnist.classes=[a,a]", "data.femnist.classes"),
+    ("data.femnist.classes=[ab]", "data.femnist.classes"), ("data.officehome.num_classes=66",
                                                               "data.officehome.num_classes"),
 ])
 def test_bad_paper_data_keys_name_the_key(override: str, key: str) -> None:
