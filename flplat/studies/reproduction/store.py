@@ -22,6 +22,12 @@ LEGACY_VALUES: dict[str, tuple[str, dict[str, str]]] = {
     # the earlier ones and those logging none for the "Flux" row (the default again). Flux-prior's K-means is
     # unaffected (INERT_KEYS)
     "algorithm.knee_guard": ("none", {"algorithm.clustering": "dbscan"}),
+    # APFL's v- and alpha-steps mixed with w after the step before issue 24 (now before it, as its Algorithm 1)
+    "algorithm.mix_with": ("after", {"algorithm.name": "apfl"}),
+    # pFedMe's inner solve drew a fresh minibatch per step with the federation's optimizer before issue 24 (now K
+    # steps on one minibatch with plain gradient steps, as its Algorithm 1 and the authors' code)
+    "algorithm.inner_batch": ("fresh", {"algorithm.name": "pfedme"}),
+    "algorithm.inner_optimizer": ("federation", {"algorithm.name": "pfedme"}),
 }
 
 # Keys that do not change what a run computes where the condition's params hold (of the new run): compared neither
