@@ -213,8 +213,8 @@ def test_pfedme_one_round_by_hand():
     for r in range(len(batches) // K):
         x, y = batches[r * K]  # local round r: ONE minibatch D_i for the whole inner solve
         for _ in range(K):  # h̃_i(θ; w, D_i) = f_i(θ; D_i) + λ/2 ‖θ − w‖², plain gradient steps of η_p
-            g = _grad(lambda P, x=x, y=y: _loss(P, x, y) + lam / 2 * sum(((a - b) ** 2).sum() for a, b in zip(P, w)),
-                      theta)
+            g = _grad(lambda P, x=x, y=y, w=w: _loss(P, x, y) + lam / 2 * sum(((a - b) ** 2).sum()
+                                                                              for a, b in zip(P, w)), theta)
             theta = [t - eta_p * gi for t, gi in zip(theta, g)]
         w = [wi - eta * lam * (wi - t) for wi, t in zip(w, theta)]  # w ← w − ηλ(w − θ̃)
     W0 = _unpack(p, w0)

@@ -39,9 +39,9 @@ points it returns the curve's last point (eps = the largest distance, one cluste
 and kneed 0.8.5 and 0.9.0 disagree on such curves. ``knee="gap"`` takes the point before the largest jump.
 
 The noise guard (``knee_guard="noise"``, opt-in; the default ``"none"`` is the knee alone, the paper's adaptive DBSCAN
-of App. D.2; ``flplat reproduce flux`` shows both as the rows "Flux" and "Flux + noise guard"). A knee needs a dense and a
-sparse region, and some curves hold only one: every client of its own distribution (M = K: every knee pairs the two
-closest clients), or every client among near-copies of its distribution (P(X) level 2: the curve rises gradually
+of App. D.2; ``flplat reproduce flux`` shows both as the rows "Flux" and "Flux + noise guard"). A knee needs a dense
+and a sparse region, and some curves hold only one: every client of its own distribution (M = K: every knee pairs the
+two closest clients), or every client among near-copies of its distribution (P(X) level 2: the curve rises gradually
 and the knee cuts a group). The server compares each client's nearest-other distance with the distance two samples
 of one distribution would have, √(v_a + v_b), v the sampling variance of the descriptor's statistics
 (:func:`flplat.maths.flux_descriptors.sampling_variance`: σ²/m for a mean, σ²/(2m) for a spread, m = n for the

@@ -129,7 +129,8 @@ class ClientTrainer:
     def _optimizer(self, trainable: str, lr: float, override: dict | None = None):
         c = self.opt_cfg
         o = override or {}
-        spec = (o.get("name", c.name), float(o.get("momentum", c.momentum)), float(o.get("weight_decay", c.weight_decay)))
+        spec = (o.get("name", c.name), float(o.get("momentum", c.momentum)),
+                float(o.get("weight_decay", c.weight_decay)))
         key = (trainable, *spec) if override else trainable
         opt = self._optimizers.get(key)
         if opt is None:

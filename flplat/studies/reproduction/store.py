@@ -69,10 +69,11 @@ def compatible(new: dict[str, str], old: dict[str, str], defaults: dict[str, str
     made before flplat gained config keys): every key of ``old`` has the same value in ``new``, and the keys only
     ``new`` has hold their default values (``defaults``: the params of the default config of the same algorithm),
     or for a key of :data:`LEGACY_VALUES` (a default that changed behaviour) the value the earlier flplat ran with;
-    keys of :data:`INERT_KEYS` whose condition holds are not compared. Returns the added keys, or None when the run does not stand for it (a key changed, was removed, or a new key is
-    set away from its default)."""
-    new = {k: v for k, v in new.items() if not _outside_key(k) and not _inert(k, new)}
-    old = {k: v for k, v in old.items() if not _outside_key(k) and not _inert(k, new)}
+    keys of :data:`INERT_KEYS` whose condition holds are not compared. Returns the added keys, or None when the run
+    does not stand for it (a key changed, was removed, or a new key is set away from its default)."""
+    full = new
+    new = {k: v for k, v in full.items() if not _outside_key(k) and not _inert(k, full)}
+    old = {k: v for k, v in old.items() if not _outside_key(k) and not _inert(k, full)}
     if set(old) - set(new) or any(old[k] != new[k] for k in old):
         return None
     added = sorted(set(new) - set(old))
