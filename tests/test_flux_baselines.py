@@ -173,7 +173,8 @@ def test_pfedme_reduces_to_fedavg(tiny_cfg):
     avg = _run(tiny_cfg(**{"algorithm.name": "fedavg", "federation.rounds": 2}))
     me = _run(tiny_cfg(**{"algorithm.name": "pfedme", "federation.rounds": 2, "algorithm.inner_steps": 1,
                           "algorithm.lam": 1.0, "algorithm.lr": 1.0, "algorithm.beta": 1.0,
-                          "algorithm.weighting": "samples", "algorithm.personal_lr": 1e-3}))
+                          "algorithm.weighting": "samples", "algorithm.personal_lr": 1e-3,
+                          "algorithm.inner_optimizer": "federation"}))
     torch.testing.assert_close(me.state.weights, avg.state.weights, rtol=1e-5, atol=1e-6)
     trained = [k for k in range(6) if me.state.personal.has(k)]
     assert trained and not torch.equal(me.state.personal.get(trained[0]), me.state.weights)
@@ -279,7 +280,9 @@ def test_atp_test_time_weights_adapt_without_labels(tiny_cfg):
     ("fedem", "num_components", -1), ("fedrc", "num_clusters", -1), ("fedem", "aggregation", "mean"),
     ("fedrc", "prior_floor", 0),
     ("feddrift", "drift_rule", "relative"), ("feddrift", "merge_threshold", -1), ("pfedme", "lam", 0),
-    ("pfedme", "weighting", "median"), ("apfl", "alpha", 1.5), ("atp", "grad_norm", "l2"), ("atp", "adapt_steps", 0),
+    ("pfedme", "weighting", "median"), ("pfedme", "inner_batch", "each"),
+    ("pfedme", "inner_optimizer", "adam"), ("pfedme", "inner_weight_decay", -0.1), ("apfl", "alpha", 1.5),
+    ("apfl", "mix_with", "during"), ("atp", "grad_norm", "l2"), ("atp", "adapt_steps", 0),
 ])
 def test_bad_values_name_the_key(tiny_cfg, algo, key, value):
     from flplat.errors import ConfigError

@@ -96,8 +96,10 @@ def _state(strat, d):
                                                       "scaler": np.stack([sc.mins, sc.maxs])})
 
 
-def test_flux_clusters_with_the_noise_guard_by_default_and_logs_it():
-    strat = _flux()
+def test_flux_clusters_with_the_knee_alone_by_default_and_the_noise_guard_when_asked():
+    """The paper's adaptive DBSCAN (the knee alone) is the default; ``knee_guard=noise`` is opt-in and logged."""
+    assert _flux().cfg.knee_guard == "none"
+    strat = _flux(**{"algorithm.knee_guard": "noise"})
     n = strat.info.num_samples[:6]
     u = strat.info.num_classes
     # six clients, each its own distribution: marginal means 1.0 ... 1.2 apart, far beyond the noise of 80 samples
@@ -110,5 +112,41 @@ def test_flux_clusters_with_the_noise_guard_by_default_and_logs_it():
     labels = strat._cluster(state, d, np.arange(6))
     assert labels.tolist() == list(range(6)) and state.extra["knee_guard"] == 2.0  # "beyond"
     assert strat.round_metrics(state)["dbscan_guard"] == 2.0
-    off = _flux(**{"algorithm.knee_guard": "none"})
-    assert off._cluster(_state(off, raw), d, np.arange(6)).max() + 1 < 6  # the knee alone pairs some of them
+    off = _flux()  # the default: the knee alone pairs some of them
+    assert off._cluster(_state(off, raw), d, np.arange(6)).max() + 1 < 6
+
+
+def test_descriptor_part_marginal_clusters_on_the_label_free_part_alone():
+    """``algorithm.descriptor_part=marginal`` (opt-in, not in the paper; the 1,200-client setting): the clustering
+    sees only d' = [mu_x, sigma_x]; the default (the paper's full descriptor) lets a noisy class part decide."""
+    u = _flux().info.num_classes
+    rng = np.random.default_rng(0)
+    raw = np.zeros((6, 2 * (u + 1)))
+    raw[:, 0] = [0.0, 0.01, 0.02, 1.0, 1.01, 1.02]  # d': two groups of three
+    raw[:, 1] = 0.5
+    raw[:, 2:] = rng.uniform(0, 1, (6, 2 * u))  # the class part: sampling noise, far larger than d' differences
+    full, marg = _flux(), _flux(**{"algorithm.descriptor_part": "marginal"})
+    assert full.cfg.descriptor_part == "full"
+    d = full._scaler(_state(full, raw)).transform(raw)
+    want = [0, 0, 0, 1, 1, 1]
+    assert marg._cluster(_state(marg, raw), d, np.arange(6)).tolist() == want
+    assert full._cluster(_state(full, raw), d, np.arange(6)).tolist() != want
+
+
+def test_descriptor_part_marginal_end_to_end_sends_only_the_label_free_part():
+    from flplat.experiment import run
+
+    over = {"data.name": "digits", "partition.name": "shift", "partition.shift_type": "feature",
+            "partition.shift_level": 3, "partition.num_clients": 8, "partition.num_unseen_clients": 2,
+            "partition.samples_per_client": 100, "model.name": "mlp", "model.hidden": "[16]",
+            "algorithm.name": "flux", "algorithm.descriptor_part": "marginal", "algorithm.start_round": 2,
+            "algorithm.pca_components": 3, "federation.rounds": 3, "federation.client_fraction": 0.75,
+            "federation.local_epochs": 1, "fabric.num_threads": 1, "tracking.enabled": "false", "seed": 0}
+    s = run(load_config(None, [f"{k}={v}" for k, v in over.items()]), progress=False)[0]
+    assert s.metrics["descriptor_bytes_per_client"] == 2 * 3 * 4  # 2l floats, no class statistics
+    d = s.state.extra["descriptors"]
+    known = np.isfinite(d[:, 0])
+    assert known.sum() >= 6 and (d[known, 6:] == -1.0).all()  # the class part is the missing fill
+    assert s.state.extra["centroids"].shape[1] == 6  # centroids in d' (late joiners, test phase)
+    with pytest.raises(Exception, match="algorithm.descriptor_part='labels' is not valid"):
+        load_config(None, ["algorithm.name=flux", "algorithm.descriptor_part=labels"])

@@ -427,16 +427,35 @@ def test_compatible_accepts_only_new_keys_at_their_defaults():
     assert rp.compatible(old, old, {}) == []
 
 
-def test_an_earlier_flux_run_does_not_stand_for_one_with_the_noise_guard():
-    """``algorithm.knee_guard`` was added with a default (noise) that changes Flux's clustering: a Flux run made
-    before it ran without the guard, so it stands only for a run asking for ``none``; Flux-prior (K-means) is
-    unaffected and its earlier runs still stand."""
+def test_earlier_flux_runs_stand_for_the_row_of_the_guard_they_ran_with():
+    """``algorithm.knee_guard``: a Flux run made before the key existed ran the knee alone, so it stands for the
+    "Flux" row (none, the default again) and not for "Flux + noise guard"; a run of the time the guard was the
+    default logged noise and stands only for the guard row; Flux-prior (K-means) never reads the key, so its runs
+    stand whatever they logged."""
     old = {"seed": "0", "algorithm.name": "flux", "algorithm.clustering": "dbscan"}
-    defaults = {"algorithm.knee_guard": "noise"}
-    assert rp.compatible({**old, "algorithm.knee_guard": "noise"}, old, defaults) is None
-    assert rp.compatible({**old, "algorithm.knee_guard": "none"}, old, defaults) == ["algorithm.knee_guard"]
+    defaults = {"algorithm.knee_guard": "none"}
+    paper, guarded = {**old, "algorithm.knee_guard": "none"}, {**old, "algorithm.knee_guard": "noise"}
+    assert rp.compatible(guarded, old, defaults) is None
+    assert rp.compatible(paper, old, defaults) == ["algorithm.knee_guard"]
+    newer = {"algorithm.descriptor_part": "full"}  # a key added since the guard-default runs, at its default
+    assert rp.compatible({**guarded, **newer}, guarded, {**defaults, **newer}) == ["algorithm.descriptor_part"]
+    assert rp.compatible({**paper, **newer}, guarded, {**defaults, **newer}) is None
     prior = {**old, "algorithm.name": "flux_prior", "algorithm.clustering": "kmeans"}
-    assert rp.compatible({**prior, "algorithm.knee_guard": "noise"}, prior, defaults) == ["algorithm.knee_guard"]
+    assert rp.compatible({**prior, "algorithm.knee_guard": "none"}, prior, defaults) == []
+    assert rp.compatible({**prior, "algorithm.knee_guard": "none"}, {**prior, "algorithm.knee_guard": "noise"},
+                         defaults) == []
+
+
+def test_the_flux_rows_of_the_guard_resolve_to_the_configs_their_runs_logged():
+    """The "Flux" row resolves to knee_guard=none (the default), "Flux + noise guard" to noise, so by config hash a
+    run made with the guard is the guard row's and a paper-default run the Flux row's."""
+    jobs = rp.plan("flux", rp.paper_tables("flux")[0], "smoke", [0], ["Flux", "Flux + noise guard"], ["feature_l2"],
+                   [], "e", "/tmp/u")
+    from flplat.experiment import load_config
+
+    guard = {j.method: load_config(j.config, list(j.overrides)).algorithm.knee_guard for j in jobs}
+    assert guard == {"Flux": "none", "Flux + noise guard": "noise"}
+    assert len({j.key for j in jobs}) == 2
 
 
 def test_run_params_are_what_the_run_logs_without_tracking():

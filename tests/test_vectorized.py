@@ -110,6 +110,15 @@ def test_unsupported_hooks_fall_back_per_client_and_log_once(caplog):
     _assert_match(got, LocalExecutor(p.trainer, p.data, seed=0).train(plans, round=1))
 
 
+def test_a_plan_with_several_steps_per_batch_or_its_own_optimizer_falls_back():
+    """``ClientPlan.batch_steps`` and ``ClientPlan.optimizer`` (pFedMe's inner solve) are the per-client loop's:
+    the vectorised trainer must not run such a plan as a plain one."""
+    p = _prepare()
+    vt = LocalExecutor(p.trainer, p.data, seed=0, vectorize=True).vectorized
+    assert "batch_steps" in vt.reason(ClientPlan(weights=p.init_weights, batch_steps=3))
+    assert "optimizer" in vt.reason(ClientPlan(weights=p.init_weights, optimizer={"name": "sgd", "momentum": 0.0}))
+
+
 def test_batch_norm_model_falls_back_to_the_loop(caplog):
     p = _prepare(**{"data.name": "digits", "partition.num_clients": 24, "model.name": "cifar_cnn",
                     "model.widths": "[4]", "model.block_dropout": "[0.0]", "model.dense": 8,

@@ -14,7 +14,9 @@ optimizer, learning rate η); v and α are updated by a hook after each step on 
 optimizer (``v_optimizer`` sgd | adam, ``v_lr``, ``v_momentum``; fresh each round like the federation's — the
 paper uses the same η and optimizer for w and v, so set these to the federation's: defaults are Flux's SGD
 0.005, momentum 0.9), α by projected gradient steps of ``alpha_lr``.
-The hook's v̄ uses w after this step's update (the paper's uses w before it: one step of w apart). v_i starts as
+The v- and α-steps use v̄ = α v + (1 − α) w with w *before* this step's update, as Algorithm 1 (every line of step t
+reads the iterates of step t − 1; ``mix_with: before``, default): the hook keeps a copy of w from the previous step.
+``mix_with: after`` (opt-in) uses w after this step's update (the earlier flplat; one step of w apart). v_i starts as
 the initial model (v_i^0 = w^0).
 
 Evaluation: client i uses v̄_i = α_i v_i + (1 − α_i) w with the current global w (a client that never trained
@@ -41,9 +43,9 @@ class PersonalMixture(LocalHook):
     """Keeps v and α; after each step takes APFL's v- and α-steps on that step's batch (see the module doc)."""
 
     def __init__(self, v: torch.Tensor, alpha: float, v_lr: float, alpha_lr: float, adaptive: bool,
-                 v_optimizer: str = "sgd", v_momentum: float = 0.0):
+                 v_optimizer: str = "sgd", v_momentum: float = 0.0, mix_with: str = "before"):
         self.v0, self.alpha, self.v_lr, self.alpha_lr, self.adaptive = v, alpha, v_lr, alpha_lr, adaptive
-        self.v_optimizer, self.v_momentum = v_optimizer, v_momentum
+        self.v_optimizer, self.v_momentum, self.mix_with = v_optimizer, v_momentum, mix_with
 
     def setup(self, ctx):
         self._v = [t.detach().clone() for t in ctx.param_views(self.v0)]
@@ -51,24 +53,28 @@ class PersonalMixture(LocalHook):
                      else torch.optim.SGD(self._v, lr=self.v_lr, momentum=self.v_momentum))
         name_of = {id(p): n for n, p in ctx.net.named_parameters()}
         self._names = [name_of[id(p)] for p in ctx.params]
+        self._w_prev = [p.detach().clone() for p in ctx.params]  # w before the coming step (mix_with=before)
 
     def after_step(self, ctx):
         if self.alpha == 0 and not self.adaptive:
             return  # v̄ = w: v gets no gradient and α stays 0
         x, y = ctx.batch
         a = self.alpha
-        mixed = [(a * v + (1 - a) * p.detach()).requires_grad_(True) for v, p in zip(self._v, ctx.params)]
+        w = self._w_prev if self.mix_with == "before" else [p.detach() for p in ctx.params]
+        mixed = [(a * v + (1 - a) * p).requires_grad_(True) for v, p in zip(self._v, w)]
         buffers = {n: b.clone() for n, b in ctx.net.named_buffers()}  # running statistics are not v's to change
         with torch.enable_grad():
             loss = F.cross_entropy(functional_call(ctx.net, {**dict(zip(self._names, mixed)), **buffers}, (x,)), y)
             grads = torch.autograd.grad(loss, mixed)
         with torch.no_grad():
             if self.adaptive:
-                g_alpha = sum(float(((v - p) * g).sum()) for v, p, g in zip(self._v, ctx.params, grads))
+                g_alpha = sum(float(((v - p) * g).sum()) for v, p, g in zip(self._v, w, grads))
                 self.alpha = float(np.clip(a - self.alpha_lr * g_alpha, 0.0, 1.0))
             for v, g in zip(self._v, grads):
                 v.grad = a * g  # ∇_v f(α v + (1 − α) w) = α ∇f(v̄)
         self._opt.step()
+        if self.mix_with == "before":
+            torch._foreach_copy_(self._w_prev, [p.detach() for p in ctx.params])
 
     def finalize(self, ctx):
         vec = ctx.layout.flatten().to(ctx.params[0].device)
@@ -89,12 +95,14 @@ class APFL(Strategy):
         v_lr: float = 0.005  # its learning rate (the paper: the same η as w)
         v_momentum: float = 0.9  # sgd momentum
         alpha_lr: float = 0.005  # η_α
+        mix_with: str = "before"  # w in v̄ for the v- and α-steps: before this step's update (paper) | after
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
         if not 0 <= cfg.alpha <= 1:
             raise ConfigError(f"{section}.alpha={cfg.alpha!r} is out of range; allowed: a number in [0, 1]")
         param_choice(section, cfg, "v_optimizer", ("sgd", "adam"))
+        param_choice(section, cfg, "mix_with", ("before", "after"))
         for key in ("v_lr", "alpha_lr", "v_momentum"):
             if not getattr(cfg, key) >= 0:
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: a number >= 0")
@@ -107,7 +115,7 @@ class APFL(Strategy):
     def plan(self, state, client):
         cfg = self.cfg
         hook = PersonalMixture(state.personal.get(client), float(state.extra["alpha"][client]), cfg.v_lr,
-                               cfg.alpha_lr, cfg.adaptive_alpha, cfg.v_optimizer, cfg.v_momentum)
+                               cfg.alpha_lr, cfg.adaptive_alpha, cfg.v_optimizer, cfg.v_momentum, cfg.mix_with)
         return ClientPlan(weights=state.weights, hooks=(hook,))
 
     def aggregate(self, state, results, ops):

@@ -85,6 +85,10 @@ class ClientPlan:
     trainable: str = "all"  # all | features | head  (FedRep-style phases)
     indices: np.ndarray | None = None  # train on these pool indices instead of the client's train split (CL)
     extra_bytes_down: int = 0  # besides the weights (descriptors, centroids, ...)
+    batch_steps: int = 1  # optimizer steps on each minibatch before the next is drawn (pFedMe: K inner steps on one)
+    # this plan's optimizer instead of federation.optimizer's fields (keys name, momentum, weight_decay; lr is
+    # ``lr``), e.g. pFedMe's inner solve with plain gradient steps whatever the federation's optimizer; None: as is
+    optimizer: dict[str, Any] | None = None
     # further local phases run after this one (FedRep: head epochs, then body epochs; Ditto: personal, then global
     # model). A phase whose ``weights`` is None continues from the previous phase's weights; every phase uses the
     # client-round seed, like a stand-alone plan. The result's ``weights`` are the last phase's, and

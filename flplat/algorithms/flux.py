@@ -38,9 +38,10 @@ kneed's offline ``KneeLocator(convex, increasing)``, is ``knee="kneed"``: whenev
 points it returns the curve's last point (eps = the largest distance, one cluster: MNIST P(Y) levels 2 and 8),
 and kneed 0.8.5 and 0.9.0 disagree on such curves. ``knee="gap"`` takes the point before the largest jump.
 
-The noise guard (``knee_guard="noise"``, default; ``"none"``: the knee alone, as the paper). A knee needs a dense and a
-sparse region, and some curves hold only one: every client of its own distribution (M = K: every knee pairs the two
-closest clients), or every client among near-copies of its distribution (P(X) level 2: the curve rises gradually
+The noise guard (``knee_guard="noise"``, opt-in; the default ``"none"`` is the knee alone, the paper's adaptive DBSCAN
+of App. D.2; ``flplat reproduce flux`` shows both as the rows "Flux" and "Flux + noise guard"). A knee needs a dense
+and a sparse region, and some curves hold only one: every client of its own distribution (M = K: every knee pairs the
+two closest clients), or every client among near-copies of its distribution (P(X) level 2: the curve rises gradually
 and the knee cuts a group). The server compares each client's nearest-other distance with the distance two samples
 of one distribution would have, √(v_a + v_b), v the sampling variance of the descriptor's statistics
 (:func:`flplat.maths.flux_descriptors.sampling_variance`: σ²/m for a mean, σ²/(2m) for a spread, m = n for the
@@ -50,6 +51,14 @@ above and no step of a factor ``knee_noise_jump`` (2) between consecutive minimu
 every client its own cluster. Otherwise the knee. The round metric ``dbscan_guard`` says which decided (0 the knee,
 1 all within noise, 2 all beyond). Not in the paper: our answer to curves its rule cannot read; measured on the
 planted MNIST shifts in docs/flux_clustering.md ("The knee").
+
+The clustered part of the descriptor (``descriptor_part``). ``"full"`` (default, App. C.1 and Algorithm 1: the whole
+d = [μ_x, σ_x, {μ_u, σ_u}] clusters the training clients; App. F.2's 1,200-client run changes only the number of
+clients, the participation and the duplicated data). ``"marginal"`` (opt-in, not in the paper): the clients compute
+and send only the label-free part d' = [μ_x, σ_x] (the one Algorithm 2 uses for unseen clients), and the clustering,
+the centroids, the late joiners' assignment and Flux-soft's similarities use it alone. It cannot see the concept
+shifts P(Y|X) and P(X|Y) (App. F.6.4, Table 66), but at 1,200 clients with 27–29 distinct images per client the
+class-conditional part is sampling noise and d' alone recovers the four rotations (docs/flux_clustering.md).
 """
 
 from __future__ import annotations
@@ -98,6 +107,7 @@ def cdist(a, b):
 CLUSTERINGS = ("dbscan", "kmeans")
 AGGREGATIONS = ("hard", "soft")
 SPLITS = ("val", "train", "test")
+DESCRIPTOR_PARTS = ("full", "marginal")  # what clusters the training clients: d, or the label-free d' alone
 
 
 def _latents(view, chunk: int = 4096) -> torch.Tensor:
@@ -144,7 +154,7 @@ class Flux(ClusteredStrategy):
         dbscan_scaling: float = 1.0  # eps = knee × scaling (paper: 1.0 MNIST/CIFAR-10, 0.95 FMNIST, 0.98 CIFAR-100)
         dbscan_min_samples: int = 2
         knee: str = "kneedle"  # how the knee is found: kneedle (difference-curve max) | kneed (library) | gap
-        knee_guard: str = "noise"  # noise: decide curves with no dense->sparse transition by sampling noise | none
+        knee_guard: str = "none"  # none: the knee alone (paper) | noise: our guard for curves without a transition
         knee_noise_ratio: float = 1.2  # nearest neighbours within this × the sampling-noise distance are "dense"
         knee_noise_jump: float = 2.0  # all beyond noise and no step this large in the MST edges: all singletons
         no_knee: str = "max"  # eps when no knee is found: max | median of the nearest-other distances
@@ -155,6 +165,7 @@ class Flux(ClusteredStrategy):
         soft_bandwidth: float = 1.0  # h = soft_bandwidth × median pairwise descriptor distance
         soft_threshold: float = 0.01  # similarities below this are set to 0 (sparse soft assignment)
         recluster_every: int = 0  # > 0: re-cluster every n rounds after the start, warm-starting the models
+        descriptor_part: str = "full"  # full: d clusters (paper) | marginal: the label-free d' alone (opt-in)
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
@@ -184,6 +195,7 @@ class Flux(ClusteredStrategy):
         need(cfg.num_clusters >= 0, "num_clusters", "an integer >= 0 (0: the partition's true M)")
         need(cfg.kmeans_n_init >= 1, "kmeans_n_init", "an integer >= 1")
         choice("aggregation", AGGREGATIONS)
+        choice("descriptor_part", DESCRIPTOR_PARTS)
         need(cfg.soft_bandwidth > 0, "soft_bandwidth", "a number > 0")
         need(0 <= cfg.soft_threshold < 1, "soft_threshold", "a number in [0, 1)")
         need(cfg.recluster_every >= 0, "recluster_every", "an integer >= 0 (0: cluster once)")
@@ -236,17 +248,26 @@ class Flux(ClusteredStrategy):
         mins, maxs = state.extra["scaler"]
         return DescriptorScaler(int(state.extra["pca_components"].shape[0]), mins, maxs, self.cfg.missing_fill)
 
+    def _labels(self) -> bool:
+        """Whether the training clients' descriptors hold the class-conditional part (``descriptor_part``)."""
+        return self.cfg.descriptor_part == "full"
+
+    def _part(self, state, d: np.ndarray) -> np.ndarray:
+        """The part of scaled descriptors the clustering uses: all of d, or its label-free part d' (first 2l)."""
+        return d if self._labels() else d[:, :2 * int(state.extra["pca_components"].shape[0])]
+
     def _cluster(self, state, d: np.ndarray, clients: np.ndarray) -> np.ndarray:
         cfg, ex = self.cfg, state.extra
+        part = self._part(state, d)
         with threadpool_limits(limits=1):
             if cfg.clustering == "kmeans":
-                k = int(min(cfg.num_clusters, len(np.unique(d, axis=0))))
-                return kmeans(d, k, cfg.kmeans_seed, cfg.kmeans_n_init)[0]
+                k = int(min(cfg.num_clusters, len(np.unique(part, axis=0))))
+                return kmeans(part, k, cfg.kmeans_seed, cfg.kmeans_n_init)[0]
             var = None
-            if cfg.knee_guard == "noise":
+            if cfg.knee_guard == "noise":  # the missing class part (d' alone) adds no variance
                 var = sampling_variance(d, self._scaler(state), self.info.num_samples[clients], self.info.num_classes,
                                         cfg.dp_epsilon, ex["pca_ranges"])
-            res = adaptive_dbscan(d, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee, cfg.knee, var,
+            res = adaptive_dbscan(part, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee, cfg.knee, var,
                                   cfg.knee_noise_ratio, cfg.knee_noise_jump)
         ex["dbscan_eps"] = res.eps
         ex["knee_found"] = float(res.knee_found)
@@ -268,19 +289,19 @@ class Flux(ClusteredStrategy):
         mean, comps = shared_pca(lo, hi, cfg.pca_points, cfg.pca_components, cfg.pca_seed)
         ex["pca_mean"], ex["pca_components"] = torch.from_numpy(mean), torch.from_numpy(comps)
         ex["pca_ranges"] = projected_ranges(comps, lo, hi)
-        raw = self._describe(state, clients, ops)
+        raw = self._describe(state, clients, ops, labels=self._labels())
         scaler = DescriptorScaler(comps.shape[0], fill=cfg.missing_fill).fit(raw)
         ex["scaler"] = np.stack([scaler.mins, scaler.maxs])
         d = scaler.transform(raw)
         ex["descriptors"] = np.full((self.info.num_clients, d.shape[1]), np.nan)
         ex["descriptors"][clients] = d
         labels = self._cluster(state, d, np.asarray(clients))
-        ex["centroids"] = self._centroids(d, labels)
+        ex["centroids"] = self._centroids(self._part(state, d), labels)
         state.clusters = w[None].repeat(int(labels.max()) + 1, 1)
         state.assignment[clients] = labels
         ex["start_round"] = state.round
         if self._soft():
-            pair = cdist(d, d)[np.triu_indices(len(d), 1)]
+            pair = cdist(self._part(state, d), self._part(state, d))[np.triu_indices(len(d), 1)]
             med = float(np.median(pair[pair > 0])) if (pair > 0).any() else 1.0
             ex["bandwidth"] = cfg.soft_bandwidth * med
             state.personal = self.info.client_store(default=w, name="flux_soft")
@@ -288,11 +309,12 @@ class Flux(ClusteredStrategy):
     def _recluster(self, state, clients: np.ndarray, ops) -> None:
         """Dynamic re-clustering with warm start from the nearest previous centroid (App. D.3)."""
         ex = state.extra
-        ex["descriptors"][clients] = self._scaler(state).transform(self._describe(state, clients, ops))
+        ex["descriptors"][clients] = self._scaler(state).transform(self._describe(state, clients, ops,
+                                                                                  labels=self._labels()))
         known = np.flatnonzero(np.isfinite(ex["descriptors"][:, 0]))
         d = ex["descriptors"][known]
         labels = self._cluster(state, d, known)
-        cents = self._centroids(d, labels)
+        cents = self._centroids(self._part(state, d), labels)
         prev = cdist(cents, ex["centroids"]).argmin(axis=1)
         state.clusters = state.clusters[torch.as_tensor(prev)].clone()
         ex["centroids"] = cents
@@ -305,9 +327,9 @@ class Flux(ClusteredStrategy):
         if state.clusters is not None:  # late joiners: descriptor -> nearest centroid (Algorithm 1 l. 20–25)
             new = np.array([k for k in sel if state.assignment[k] < 0], dtype=np.int64)
             if len(new):
-                d = self._scaler(state).transform(self._describe(state, new, ops))
+                d = self._scaler(state).transform(self._describe(state, new, ops, labels=self._labels()))
                 state.extra["descriptors"][new] = d
-                state.assignment[new] = cdist(d, state.extra["centroids"]).argmin(axis=1)
+                state.assignment[new] = cdist(self._part(state, d), state.extra["centroids"]).argmin(axis=1)
         return sel
 
     def _accuracy(self, state, clients, ops) -> float:
@@ -357,7 +379,8 @@ class Flux(ClusteredStrategy):
         w, n = stack(results)
         d = state.extra["descriptors"]
         known = np.flatnonzero(np.isfinite(d[:, 0]))
-        s = np.exp(-cdist(d[known], d[clients]) ** 2 / (2 * state.extra["bandwidth"] ** 2))
+        s = np.exp(-cdist(self._part(state, d[known]), self._part(state, d[clients])) ** 2
+                   / (2 * state.extra["bandwidth"] ** 2))
         s[s < self.cfg.soft_threshold] = 0.0
         coef = torch.as_tensor(s, dtype=w.dtype) * n[None, :]
         total = coef.sum(dim=1)
@@ -389,7 +412,8 @@ class Flux(ClusteredStrategy):
         m["descriptor_bytes"] = float(ex["descriptor_bytes"])
         m["clustering_started"] = float(state.clusters is not None)
         if "pca_components" in ex:
-            m["descriptor_bytes_per_client"] = float(self._length(state) * 4)
+            l2 = 2 * int(ex["pca_components"].shape[0])
+            m["descriptor_bytes_per_client"] = float((self._length(state) if self._labels() else l2) * 4)
         if "dbscan_eps" in ex:
             m["dbscan_eps"] = float(ex["dbscan_eps"])
             m["dbscan_knee_found"] = ex["knee_found"]

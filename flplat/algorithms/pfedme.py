@@ -2,22 +2,36 @@
 (Algorithm 1).
 
 Each client minimises the Moreau envelope of its loss, F_i(w) = min_θ f_i(θ) + (λ/2)‖θ − w‖² (Eq. 2–3): its
-personalised model θ_i solves the inner problem around its local copy w of the global model. Per local step:
+personalised model θ_i solves the inner problem around its local copy w of the global model. Per local round
+(Algorithm 1: "sample a fresh mini-batch D_i ... and minimize h̃_i(θ_i; w_{i,r}, D_i)"; one local round per
+minibatch of the client's epochs, E = ``federation.local_epochs``):
 
-* inner problem: θ ← θ − η_p ∇[f_i(θ; batch) + (λ/2)‖θ − w‖²] for K steps (``inner_steps``, personal learning rate
-  η_p = ``personal_lr``) — the federation optimizer on the network's parameters plus a proximal term;
-* local model update (after every K inner steps): w ← w − ηλ(w − θ) (η = ``lr``, Eq. 8), done by a hook that
-  keeps w and sends it back as ``extra["local"]``;
+* inner problem on that ONE minibatch: θ ← θ − η_p ∇[f_i(θ; D_i) + (λ/2)‖θ − w‖²] for K steps (``inner_steps``,
+  personal learning rate η_p = ``personal_lr``), θ warm-started from the previous local round's θ (the authors'
+  ``UserpFedMe.train`` and PFLlib's ``clientpFedMe.train`` loop ``for i in range(K)`` over one batch);
+* local model update (after the K inner steps): w ← w − ηλ(w − θ) (η = ``lr``, Eq. 8), done by a hook that keeps w
+  and sends it back as ``extra["local"]``;
 
 and the server sets w_{t+1} = (1 − β) w_t + β · mean_i w_i over the sampled clients (β = ``beta``; the paper's
 mean is uniform, ``weighting: uniform``; ``samples`` weights by n_i). θ_i is kept per client (a
 :class:`~flplat.engine.state.ClientStore`) and is the model the client is evaluated with (the global w until it
-has one).
+has one; an unseen client, never trained, is scored with the global w, as pFedMe's "GM").
 
-Deviation (documented choice): the paper's K inner steps reuse one minibatch; the platform's loop draws a new
-minibatch every step, so the K inner steps see K consecutive minibatches. With ``scale_epochs`` (default) the local
-epochs are multiplied by K, so the number of local-model updates w per round equals the paper's R = E·(batches).
-Reduction: K = 1, η = 1/λ, β = 1 and ``weighting: samples`` make w ← θ after every step, i.e. FedAvg.
+The inner solver (``inner_optimizer``). ``"sgd"`` (default): plain gradient steps with η_p, whatever
+``federation.optimizer`` is — Algorithm 1's inner solve and the authors' ``pFedMeOptimizer`` (p ← p − η_p(∇f +
+λ(p − w) + μp)) have no momentum and no other state. With a federation optimizer of momentum 0.9 (Flux's protocol)
+and η_p·λ = 0.1·15 = 1.5 > 1 the proximal part alone maps θ − w to (1 − η_pλ)(θ − w) = −0.5(θ − w) per plain step,
+which converges, but momentum turns that overshoot into growing oscillations. ``"federation"`` (opt-in): the
+federation's optimizer (the earlier flplat behaviour). ``inner_weight_decay`` is the authors' μ (their code's
+default 0.001; not in the paper's Algorithm 1, so 0 here).
+
+``inner_batch``: ``"same"`` (default, the paper and the authors' code) K steps on one minibatch; ``"fresh"`` (opt-in,
+the earlier flplat behaviour) a new minibatch every inner step, so the K inner steps see K consecutive minibatches;
+with ``scale_epochs`` (default, read only then) the local epochs are multiplied by K, so the number of local-model
+updates per round stays E·(batches).
+
+Reduction: K = 1, η = 1/λ, β = 1, ``weighting: samples`` and ``inner_optimizer: federation`` make w ← θ after every
+step, i.e. FedAvg.
 """
 
 from __future__ import annotations
@@ -33,6 +47,8 @@ from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack, weighted_mean
 
 WEIGHTING = ("uniform", "samples")
+INNER_BATCH = ("same", "fresh")
+INNER_OPTIMIZER = ("sgd", "federation")
 
 
 class MoreauEnvelope(LocalHook):
@@ -76,7 +92,10 @@ class PFedMe(Strategy):
         lr: float = 0.005  # η, the local-model learning rate
         beta: float = 1.0  # server mixing β
         weighting: str = "uniform"  # server mean over clients: uniform (paper) | samples
-        scale_epochs: bool = True  # local epochs × K (K inner steps per local-model update)
+        inner_batch: str = "same"  # same: K inner steps on one minibatch (paper) | fresh: a new minibatch per step
+        inner_optimizer: str = "sgd"  # sgd: plain gradient steps (paper, authors' code) | federation: its optimizer
+        inner_weight_decay: float = 0.0  # μ of the authors' pFedMeOptimizer (their default 0.001); sgd only
+        scale_epochs: bool = True  # inner_batch=fresh: local epochs × K (K inner steps per local-model update)
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
@@ -86,15 +105,27 @@ class PFedMe(Strategy):
         if cfg.inner_steps < 1:
             raise ConfigError(f"{section}.inner_steps={cfg.inner_steps!r} is out of range; allowed: an integer >= 1")
         param_choice(section, cfg, "weighting", WEIGHTING)
+        param_choice(section, cfg, "inner_batch", INNER_BATCH)
+        param_choice(section, cfg, "inner_optimizer", INNER_OPTIMIZER)
+        if cfg.inner_weight_decay < 0:
+            raise ConfigError(f"{section}.inner_weight_decay={cfg.inner_weight_decay!r} is out of range; allowed: a "
+                              "number >= 0")
+        if cfg.inner_weight_decay > 0 and cfg.inner_optimizer != "sgd":
+            raise ConfigError(f"{section}.inner_weight_decay={cfg.inner_weight_decay!r} needs {section}."
+                              "inner_optimizer=sgd (the federation optimizer has its own weight_decay)")
 
     def init_state(self, init_weights, rng, ops):
         return ServerState(weights=init_weights.clone(), personal=self.info.client_store())
 
     def plan(self, state, client):
         cfg = self.cfg
-        epochs = self.info.local_epochs * cfg.inner_steps if cfg.scale_epochs else None
+        same = cfg.inner_batch == "same"
+        epochs = self.info.local_epochs * cfg.inner_steps if cfg.scale_epochs and not same else None
+        opt = ({"name": "sgd", "momentum": 0.0, "weight_decay": cfg.inner_weight_decay}
+               if cfg.inner_optimizer == "sgd" else None)
         return ClientPlan(weights=state.weights, hooks=(MoreauEnvelope(cfg.lam, cfg.lr, cfg.inner_steps),),
-                          lr=cfg.personal_lr, epochs=epochs)
+                          lr=cfg.personal_lr, epochs=epochs, batch_steps=cfg.inner_steps if same else 1,
+                          optimizer=opt)
 
     def aggregate(self, state, results, ops):
         if not results:

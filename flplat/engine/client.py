@@ -126,12 +126,16 @@ class ClientTrainer:
     def initial_weights(self) -> torch.Tensor:
         return self.layout.flatten()
 
-    def _optimizer(self, trainable: str, lr: float):
-        opt = self._optimizers.get(trainable)
+    def _optimizer(self, trainable: str, lr: float, override: dict | None = None):
+        c = self.opt_cfg
+        o = override or {}
+        spec = (o.get("name", c.name), float(o.get("momentum", c.momentum)),
+                float(o.get("weight_decay", c.weight_decay)))
+        key = (trainable, *spec) if override else trainable
+        opt = self._optimizers.get(key)
         if opt is None:
-            c = self.opt_cfg
-            raw = make_optimizer(c.name, self._part_params[trainable], c.lr, c.momentum, c.weight_decay)
-            opt = self._optimizers[trainable] = self.fabric.setup_optimizers(raw)
+            raw = make_optimizer(spec[0], self._part_params[trainable], c.lr, spec[1], spec[2])
+            opt = self._optimizers[key] = self.fabric.setup_optimizers(raw)
         opt.optimizer.state.clear()  # fresh optimizer state for every client
         for g in opt.param_groups:
             g["lr"] = lr
@@ -167,7 +171,7 @@ class ClientTrainer:
             self.layout.load(plan.weights)
         self._set_trainable(plan.trainable)
         lr = plan.lr if plan.lr is not None else self.opt_cfg.lr
-        opt = self._optimizer(plan.trainable, lr)
+        opt = self._optimizer(plan.trainable, lr, plan.optimizer)
         self.hook_ctx.lr = float(lr)
         module, fabric = self.module, self.fabric
         module.hooks = plan.hooks
@@ -188,21 +192,22 @@ class ClientTrainer:
                 for a, b in bounds:
                     sel = order[a:b]
                     batch = self.hook_ctx.batch = (self.x[sel], self.y[sel])  # hooks may read it (APFL)
-                    if self._plain:
-                        loss = module.training_step(batch, steps)
-                        opt.optimizer.zero_grad(set_to_none=True)
-                        loss.backward()
-                        opt.optimizer.step()
-                    else:
-                        with fabric.autocast():
+                    for _ in range(plan.batch_steps):  # > 1: several steps on this batch (pFedMe's inner solve)
+                        if self._plain:
                             loss = module.training_step(batch, steps)
-                        opt.zero_grad(set_to_none=True)
-                        fabric.backward(loss)
-                        opt.step()
-                    for h in plan.hooks:
-                        h.after_step(self.hook_ctx)
-                    loss_sum += loss.detach().float()
-                    steps += 1
+                            opt.optimizer.zero_grad(set_to_none=True)
+                            loss.backward()
+                            opt.optimizer.step()
+                        else:
+                            with fabric.autocast():
+                                loss = module.training_step(batch, steps)
+                            opt.zero_grad(set_to_none=True)
+                            fabric.backward(loss)
+                            opt.step()
+                        for h in plan.hooks:
+                            h.after_step(self.hook_ctx)
+                        loss_sum += loss.detach().float()
+                        steps += 1
         self.hook_ctx.batch = None
         extra = {}
         for h in plan.hooks:

@@ -118,6 +118,10 @@ class VectorizedTrainer:
             return "ClientPlan.epochs=0 (no training)"
         if plan.phases:
             return "ClientPlan.phases (several local phases)"
+        if plan.batch_steps != 1:
+            return "ClientPlan.batch_steps > 1 (several steps per batch)"
+        if plan.optimizer is not None:
+            return "ClientPlan.optimizer (a plan's own optimizer)"
         return next((r for r in map(hook_reason, plan.hooks) if r is not None), None)
 
     def _forward(self):

@@ -10,13 +10,21 @@ rounds) logs no τ: its cell reads "not run".
 The four tables share their runs (same resolved configs): running ``test_phase`` after ``known_association`` trains
 nothing new. Reduced scale (docs/results.md): 500 samples per client (the paper deals the pool evenly, about 3,000
 per client) and SGD lr 0.03 instead of 0.005 so that the 10 rounds of 2 epochs on the smaller data converge.
-Flux's DBSCAN scaling on MNIST is 1.0 (App. D.2), the algorithm's default.
+Flux's DBSCAN scaling on MNIST is 1.0 (App. D.2), the algorithm's default. Every Flux table has two Flux rows:
+"Flux", the paper's adaptive DBSCAN (the knee alone, the default ``algorithm.knee_guard=none``), and "Flux + noise
+guard" (``algorithm.knee_guard=noise``, our rule for curves without a dense->sparse transition, not in the paper;
+docs/flux_clustering.md). A run of either row made by an earlier flplat stands for it by its logged
+``algorithm.knee_guard`` (:mod:`flplat.studies.reproduction.store`).
 
 ``scalability`` is App. F.2's large-scale run (Table 50): 1,200 clients, participation 0.2, known-association
 accuracy of FedAvg and Flux under each shift type at F.2's levels (P(X): rotations {0, 90, 180, 270} = level 3;
 P(Y): 4 classes = level 7; P(Y|X): swap pool 5 = level 5; P(X|Y): 6 classes = level 6), from
 configs/flux/scalability_1200.yaml (its header gives the choice of 96 train copies where F.2 states none; reduced:
-8 copies and lr 0.03, as docs/performance.md's demonstration runs, the rest as the paper).
+8 copies and lr 0.03, as docs/performance.md's demonstration runs, the rest as the paper). Its rows: FedAvg, Flux (the
+paper's reading: App. F.2 changes only the number of clients, the participation and the duplicated local data, so
+the descriptor is App. C's full one, l = 10, eps scaling 1.0), Flux + noise guard, and "Flux (d' only)"
+(``algorithm.descriptor_part=marginal``, not in the paper: the label-free part alone, which recovers the rotations
+at this size where the full descriptor does not; docs/flux_clustering.md).
 """
 from __future__ import annotations
 
@@ -26,25 +34,29 @@ from flplat.studies.reproduce import Cell, Method, Table, plot_cells
 SHIFTS = ("feature", "label", "concept_yx", "concept_xy")
 LEVELS = (2, 5, 8)
 CELLS = [Cell(f"{s}_l{lv}", f"configs/flux/table1/mnist_{s}_l{lv}.yaml") for s in SHIFTS for lv in LEVELS]
-METHODS = [Method(n, [f"algorithm.name={a}"]) for n, a in (
+# "Flux" is the paper's method (the knee of App. D.2 alone, the algorithm's default); "Flux + noise guard" adds our
+# noise guard (algorithm.knee_guard=noise, not in the paper; docs/flux_clustering.md), its own row
+GUARDED = "Flux + noise guard"
+METHODS = [*(Method(n, [f"algorithm.name={a}"]) for n, a in (
     ("FedAvg", "fedavg"), ("IFCA", "ifca"), ("FedRC", "fedrc"), ("FedEM", "fedem"), ("FeSEM", "fesem"),
     ("FedDrift", "feddrift"), ("CFL", "cfl"), ("pFedMe", "pfedme"), ("APFL", "apfl"), ("ATP", "atp"),
-    ("Flux", "flux"), ("Flux-prior", "flux_prior"))]
-CLUSTERED = [m for m in METHODS if m.name in ("IFCA", "FeSEM", "FedDrift", "CFL", "Flux", "Flux-prior")]
+    ("Flux", "flux"))), Method(GUARDED, ["algorithm.name=flux", "algorithm.knee_guard=noise"]),
+    Method("Flux-prior", ["algorithm.name=flux_prior"])]
+CLUSTERED = [m for m in METHODS if m.name in ("IFCA", "FeSEM", "FedDrift", "CFL", "Flux", GUARDED, "Flux-prior")]
 SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=30"],  # 20 clients (10 unseen) x 30 = the 600 pool
           "reduced": ["partition.samples_per_client=500", "federation.optimizer.lr=0.03"]}
-# the adaptive DBSCAN's default differs from the paper's knee alone: said in every header at the reduced and paper scale
-GUARD = ("Flux's adaptive DBSCAN runs with the noise guard (algorithm.knee_guard=noise, not in the paper; "
-         "docs/flux_clustering.md)")
+# said in every header at the reduced and paper scale: which row is the paper's Flux
+GUARD = ("\"Flux\" is the paper's adaptive DBSCAN (the knee alone, App. D.2); \"Flux + noise guard\" adds our noise "
+         "guard (algorithm.knee_guard=noise, not in the paper; docs/flux_clustering.md)")
 NOTES = {"smoke": "CI size: 30 samples per client, 2 rounds of 1 epoch, the MLP",
          "reduced": "500 samples per client instead of the whole pool dealt evenly (about 3,000), SGD lr 0.03 instead "
                     "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper. pFedMe runs with its own paper's "
-                    "λ = 15, K = 5, η = 0.005, η_p = 0.1 (Flux gives none) and stays near chance in 10 rounds, also at "
-                    "the paper's data size: its rows are not a fair comparison (docs/results.md, 'pFedMe under Flux's "
-                    "protocol'). " + GUARD,
+                    "λ = 15, K = 5, η = 0.005, η_p = 0.1 (Flux gives none; K steps on one minibatch, plain-SGD inner "
+                    "solve, as its Algorithm 1) and trains little in 10 rounds: its rows are not a fair comparison "
+                    "(docs/results.md, 'pFedMe under Flux's protocol'). " + GUARD,
          "paper": "the paper's setting (the ready configs as they are). " + GUARD}
 COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005,
-              focus=["Flux", "Flux-prior"])
+              focus=["Flux", GUARDED, "Flux-prior"])
 
 
 # App. F.1: "We did not evaluate the performance of test phase on P(Y|X) concept shift, as this problem is unsolvable
@@ -55,6 +67,9 @@ NO_TEST_PHASE = ("P(Y|X) has no test phase, its unseen clients' labels would be 
 TAU_METHODS = [*CLUSTERED, Method("true M", ["algorithm.name=flux"], metric="num_distributions")]
 
 SCALABILITY = "configs/flux/scalability_1200.yaml"
+# opt-in, not in the paper: Flux clustering on the label-free part d' = [mu_x, sigma_x] alone (at 27-29 distinct
+# images per client the class-conditional part is sampling noise; docs/flux_clustering.md, "Flux at 1,200 clients")
+LABEL_FREE = Method("Flux (d' only)", ["algorithm.name=flux", "algorithm.descriptor_part=marginal"])
 SCALABILITY_CELLS = [Cell(f"{s}_l{lv}", SCALABILITY, [f"partition.shift_type={s}", f"partition.shift_level={lv}"])
                      for s, lv in (("feature", 3), ("label", 7), ("concept_yx", 5), ("concept_xy", 6))]
 SCALABILITY_SCALES = {
@@ -85,9 +100,9 @@ TABLES = [
     Table("tau", "Flux (MNIST): τ, the number of clusters each clustered method ends with, and the true M", CELLS,
           TAU_METHODS, metric="tau", reference=None, figure=lambda ctx: plot_cells(
               ctx.ours, f"Flux: number of clusters τ and the true M (MNIST, scale {ctx.scale})", "clusters", ctx.path),
-          **{**COMMON, "scale_factor": 1.0, "tie": 0.5, "focus": ["Flux", "Flux-prior", "true M"]}),
+          **{**COMMON, "scale_factor": 1.0, "tie": 0.5, "focus": ["Flux", GUARDED, "Flux-prior", "true M"]}),
     Table("scalability", "Flux App. F.2 / Table 50 (MNIST): 1,200 clients, participation 0.2, known association",
-          SCALABILITY_CELLS, [m for m in METHODS if m.name in ("FedAvg", "Flux")],
+          SCALABILITY_CELLS, [*(m for m in METHODS if m.name in ("FedAvg", "Flux", GUARDED)), LABEL_FREE],
           metric="known_association_accuracy", scales=SCALABILITY_SCALES, notes=SCALABILITY_NOTES, seeds=[0, 1, 2],
           scale_factor=100.0, tie=0.005),
 ]

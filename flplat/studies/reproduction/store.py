@@ -16,9 +16,31 @@ SKIP_TAG = "flplat.reproduce.skipped."
 # Keys added with a default that changes what a run does (where the condition's params hold): a run made before the
 # key existed ran with the value given here, so it stands for a new run only when the new run asks for that value.
 LEGACY_VALUES: dict[str, tuple[str, dict[str, str]]] = {
-    # Flux's adaptive DBSCAN noise guard (issue 11, item 1); Flux-prior's K-means is unaffected
+    # Flux's adaptive DBSCAN noise guard (issue 11, item 1): a run made before the key existed ran the knee alone,
+    # the paper's rule. The guard was the default from then until issue 24, and runs of that time log
+    # knee_guard=noise: by their logged value they stand for the "Flux + noise guard" row (same hash or compatible),
+    # the earlier ones and those logging none for the "Flux" row (the default again). Flux-prior's K-means is
+    # unaffected (INERT_KEYS)
     "algorithm.knee_guard": ("none", {"algorithm.clustering": "dbscan"}),
+    # APFL's v- and alpha-steps mixed with w after the step before issue 24 (now before it, as its Algorithm 1)
+    "algorithm.mix_with": ("after", {"algorithm.name": "apfl"}),
+    # pFedMe's inner solve drew a fresh minibatch per step with the federation's optimizer before issue 24 (now K
+    # steps on one minibatch with plain gradient steps, as its Algorithm 1 and the authors' code)
+    "algorithm.inner_batch": ("fresh", {"algorithm.name": "pfedme"}),
+    "algorithm.inner_optimizer": ("federation", {"algorithm.name": "pfedme"}),
 }
+
+# Keys that do not change what a run computes where the condition's params hold (of the new run): compared neither
+# way, so a run that logged another value stands for the job. Flux-prior (K-means) never reads the DBSCAN knee guard,
+# and its runs made while the guard was the default (logged noise) stand for today's (none).
+INERT_KEYS: dict[str, dict[str, str]] = {
+    "algorithm.knee_guard": {"algorithm.clustering": "kmeans"},
+}
+
+
+def _inert(key: str, params: dict[str, str]) -> bool:
+    cond = INERT_KEYS.get(key)
+    return cond is not None and all(params.get(k) == v for k, v in cond.items())
 
 
 def _legacy(key: str, params: dict[str, str], default: str | None) -> str | None:
@@ -46,11 +68,12 @@ def compatible(new: dict[str, str], old: dict[str, str], defaults: dict[str, str
     """Whether a finished run with params ``old`` stands for a run of params ``new`` whose hash it lacks (it was
     made before flplat gained config keys): every key of ``old`` has the same value in ``new``, and the keys only
     ``new`` has hold their default values (``defaults``: the params of the default config of the same algorithm),
-    or for a key of :data:`LEGACY_VALUES` (a default that changed behaviour) the value the earlier flplat ran with.
-    Returns the added keys, or None when the run does not stand for it (a key changed, was removed, or a new key is
-    set away from its default)."""
-    new = {k: v for k, v in new.items() if not _outside_key(k)}
-    old = {k: v for k, v in old.items() if not _outside_key(k)}
+    or for a key of :data:`LEGACY_VALUES` (a default that changed behaviour) the value the earlier flplat ran with;
+    keys of :data:`INERT_KEYS` whose condition holds are not compared. Returns the added keys, or None when the run
+    does not stand for it (a key changed, was removed, or a new key is set away from its default)."""
+    full = new
+    new = {k: v for k, v in full.items() if not _outside_key(k) and not _inert(k, full)}
+    old = {k: v for k, v in old.items() if not _outside_key(k) and not _inert(k, full)}
     if set(old) - set(new) or any(old[k] != new[k] for k in old):
         return None
     added = sorted(set(new) - set(old))
