@@ -19,6 +19,10 @@ Sources
     admits numpy arrays, so torchvision is not needed to read them. 50,000 train + 10,000 test 32x32 RGB images.
 ``synthetic``
     A Gaussian mixture generated from ``data.synthetic_*`` and the experiment seed (see :func:`load_synthetic`).
+``imagefolder`` / ``npz`` / ``table``
+    A user's own files without code (``data.path``): class sub-folders of images, an ``.npz`` with ``x`` / ``y``
+    arrays, a CSV / Parquet table with a label column; each optionally with the natural client of every sample
+    (``data.client_column``) and metadata columns (``data.meta_columns``). See :mod:`flplat.data.user_files`.
 
 Where the files of ``mnist`` / ``fmnist`` / ``cifar10`` / ``cifar100`` are looked for (``data.root``,
 ``$FLPLAT_DATA``, ``../shared/data``, ...), when they are downloaded, and the decoded cache (``data.cache``,
@@ -216,3 +220,30 @@ def load_cifar10(cfg: DataConfig, seed: int) -> Dataset:
 def load_cifar100(cfg: DataConfig, seed: int) -> Dataset:
     """CIFAR-100 (fine labels): x (50000, 3, 32, 32) + official test set (10000, 3, 32, 32), 100 classes."""
     return load_cifar(cfg, "cifar100")
+
+
+# ------------------------------------------------------------------------------ your own files (flplat.data.user_files)
+
+
+@register_dataset("imagefolder")
+def load_imagefolder(cfg: DataConfig, seed: int) -> Dataset:
+    """A folder of class sub-folders of images (``data.path``; optional named levels above the classes)."""
+    from flplat.data.user_files import load_imagefolder as load
+
+    return load(cfg)
+
+
+@register_dataset("npz")
+def load_npz(cfg: DataConfig, seed: int) -> Dataset:
+    """An ``.npz`` with arrays ``x``, ``y`` (optional ``x_test``, ``y_test``, client / metadata arrays)."""
+    from flplat.data.user_files import load_npz as load
+
+    return load(cfg)
+
+
+@register_dataset("table")
+def load_table(cfg: DataConfig, seed: int) -> Dataset:
+    """A CSV (or Parquet) table with a label column, feature columns and optional client / metadata columns."""
+    from flplat.data.user_files import load_table as load
+
+    return load(cfg)
