@@ -42,4 +42,4 @@ def test_public_names_of_datasets_are_all_there() -> None:
 def test_importing_datasets_registers_every_dataset() -> None:
     code = "from flplat.data.datasets import DATASETS; print(' '.join(sorted(DATASETS)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["cifar10", "cifar100", "digits", "fmnist", "mnist", "synthetic"]
+    assert out == ["cifar10", "cifar100", "digits", "fmnist", "imagefolder", "mnist", "npz", "synthetic", "table"]

@@ -39,7 +39,7 @@ def assert_disjoint(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def test_registry() -> None:
-    assert set(PARTITIONS) == {"iid", "dirichlet", "similarity", "cafa", "pqfed", "shift"}
+    assert set(PARTITIONS) == {"iid", "dirichlet", "similarity", "cafa", "pqfed", "shift", "natural", "metadata"}
 
 
 @pytest.mark.parametrize("name", ["iid", "dirichlet"])
