@@ -386,3 +386,21 @@ def test_flplat_run_on_a_csv_with_natural_clients(tmp_path):
     err = bad.stderr.strip()
     assert bad.returncode == 2 and len(err.splitlines()) == 1, err
     assert "users.csv" in err and "'target'" in err
+
+
+@pytest.mark.parametrize("override,key", [
+    ("partition.natural_test=both", "partition.natural_test"),
+    ("partition.meta_assign=even", "partition.meta_assign"),
+    ("partition.natural_min_samples=0", "partition.natural_min_samples"),
+    ("partition.meta_bins.age=[60,50]", "partition.meta_bins.age"),
+    ("data.categorical=hash", "data.categorical"),
+    ("data.image_size=-1", "data.image_size"),
+])
+def test_new_keys_are_validated(override, key):
+    from flplat.experiment import load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert key in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="partition.meta_columns"):
+        load_config(None, ["partition.name=metadata"])
