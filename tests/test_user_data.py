@@ -170,7 +170,7 @@ def test_imagefolder_with_a_domain_level(tmp_path):
     write_png(root / "Art" / "cat" / "2.png", 40)
     write_png(root / "Clipart" / "cat" / "3.jpg.png", 200)
     (root / "Clipart" / "cat" / "notes.txt").write_text("not an image")
-    d = load_dataset(DataConfig(name="imagefolder", path=str(root), folder_levels=["domain"],
+    d = load_dataset(DataConfig(name="imagefolder", path=str(root), folder_levels=["domain"], cache=False,
                                 meta_columns=["domain"], client_column="domain", standardize=False), 0)
     assert d.class_names == ["cat", "dog"] and d.num_classes == 2
     # sorted walk: Art/cat/2, Art/dog/1, Clipart/cat/3
@@ -179,7 +179,7 @@ def test_imagefolder_with_a_domain_level(tmp_path):
     assert d.x_train[2].unique().tolist() == pytest.approx([200 / 255])
     assert d.meta["domain"].tolist() == [0, 0, 1] and d.client_ids.tolist() == [0, 0, 1]
     grey = load_dataset(DataConfig(name="imagefolder", path=str(root), folder_levels=["domain"], grey=True,
-                                   image_size=2), 0)
+                                   image_size=2, cache=False), 0)
     assert grey.x_train.shape == (3, 1, 2, 2)
     # standardised per channel with the pool's statistics
     assert abs(float(grey.x_train.mean())) < 1e-5
@@ -193,7 +193,7 @@ def test_imagefolder_index_file_test_folder_and_errors(tmp_path):
     write_csv(tmp_path / "index.csv", ["path", "writer"], [["a/0.png", "w2"], ["b/1.png", "w1"], ["a/2.png", "w1"],
                                                             ["b/3.png", "w2"]])
     d = load_dataset(DataConfig(name="imagefolder", path=str(root), test_path=str(test), client_column="writer",
-                                index_file=str(tmp_path / "index.csv")), 0)
+                                index_file=str(tmp_path / "index.csv"), cache=False), 0)
     # order a/0, a/2, b/1, b/3 -> writers w2, w1, w1, w2
     assert d.y_train.tolist() == [0, 0, 1, 1] and d.client_ids.tolist() == [1, 0, 0, 1]
     assert d.y_test.tolist() == [1] and d.client_ids_test is None
@@ -201,9 +201,28 @@ def test_imagefolder_index_file_test_folder_and_errors(tmp_path):
         load_dataset(DataConfig(name="imagefolder", path=str(root), client_column="user"), 0)
     write_png(root / "b" / "big.png", 0, size=(5, 5))
     with pytest.raises(DataFormatError, match=r"big.png is 5x5, the first image 4x3; set data.image_size"):
-        load_dataset(DataConfig(name="imagefolder", path=str(root)), 0)
+        load_dataset(DataConfig(name="imagefolder", path=str(root), cache=False), 0)
     with pytest.raises(DataUnavailableError, match="does not exist"):
         load_dataset(DataConfig(name="imagefolder", path=str(tmp_path / "nowhere")), 0)
+
+
+def test_imagefolder_pixels_are_cached_by_content_and_settings(tmp_path, monkeypatch):
+    from flplat.data import user_files
+
+    root, cache = tmp_path / "imgs", tmp_path / "cache"
+    for i in range(3):
+        write_png(root / f"c{i % 2}" / f"{i}.png", 50 * i)
+    cfg = dict(name="imagefolder", path=str(root), cache_dir=str(cache))
+    first = load_dataset(DataConfig(**cfg), 0)
+    assert len(list(cache.glob("imagefolder-s0-RGB-z1-*"))) == 1
+    monkeypatch.setattr(user_files, "_read_image", lambda *a: pytest.fail("decoded again"))
+    again = load_dataset(DataConfig(**cfg), 0)
+    assert torch.equal(first.x_train, again.x_train) and torch.equal(first.y_train, again.y_train)
+    monkeypatch.undo()
+    load_dataset(DataConfig(**cfg, image_size=2), 0)  # other settings: another entry
+    write_png(root / "c0" / "0.png", 77)  # other pixels: another entry
+    changed = load_dataset(DataConfig(**cfg), 0)
+    assert len(list(cache.iterdir())) == 3 and not torch.equal(changed.x_train, first.x_train)
 
 
 # --------------------------------------------------------------------------------------------- natural partition

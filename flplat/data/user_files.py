@@ -60,7 +60,9 @@ metadata columns. Classes are the sorted class-folder names of the training fold
 optional test folder in the same layout, may hold only those). Images are read with PIL, converted to RGB (or
 ``data.grey=true``: one grey channel), resized to ``data.image_size`` squared with bilinear filtering when
 ``> 0`` (else every image must have the same size), scaled to [0, 1] and, when ``data.standardize``, standardised
-per channel with the training pool's mean and standard deviation.
+per channel with the training pool's mean and standard deviation. The decoded pixels are kept in the decoded-data
+cache of :mod:`flplat.data.files` (``data.cache``, ``data.cache_dir``), keyed by the images' SHA-256 and these
+keys, so a later run maps them instead of decoding every image again.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ import torch
 
 from flplat.config import DataConfig
 from flplat.data.containers import Dataset
-from flplat.data.files import DataUnavailableError
+from flplat.data.files import DataUnavailableError, _cached_arrays
 from flplat.data.formats import DataFormatError
 from flplat.errors import ConfigError
 
@@ -198,13 +200,16 @@ def read_parquet(path: Path) -> Table:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow's ArrowInvalid & co.
         raise DataFormatError(f"cannot read Parquet file {path}: {str(e).splitlines()[0] if str(e) else e}") from None
+    import pyarrow as pa
+
     cols = {}
     for name, col in zip(table.column_names, table.columns):
-        values = col.to_pylist()
-        if all(v is None or isinstance(v, (int, float, bool)) for v in values):
-            cols[name] = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+        t = col.type
+        if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+            cols[name] = np.array([np.nan if v is None else float(v) for v in col.to_pylist()], dtype=np.float64) \
+                if col.null_count else np.asarray(col.to_numpy(), dtype=np.float64)
         else:
-            cols[name] = np.array(["" if v is None else str(v) for v in values], dtype=object)
+            cols[name] = np.array(["" if v is None else str(v) for v in col.to_pylist()], dtype=object)
     return Table(path, cols)
 
 
@@ -422,6 +427,7 @@ def _read_image(path: Path, cfg: DataConfig) -> np.ndarray:
 
 
 def _image_folder(root: Path, cfg: DataConfig, index: Table | None, classes: list[str] | None):
+    """The images under ``root`` (relative path parts, sorted), their labels, the classes and the named columns."""
     levels = list(cfg.folder_levels)
     found = _scan_images(root, len(levels) + 1)
     if not found:
@@ -434,15 +440,6 @@ def _image_folder(root: Path, cfg: DataConfig, index: Table | None, classes: lis
     elif set(names) - set(classes):
         raise DataFormatError(f"{root}: class folder(s) {sorted(set(names) - set(classes))} are not classes of the "
                               "training folder (data.path)")
-    pix, shape0 = [], None
-    for parts in found:
-        a = _read_image(root.joinpath(*parts), cfg)
-        if shape0 is None:
-            shape0 = a.shape
-        elif a.shape != shape0:
-            raise DataFormatError(f"{root.joinpath(*parts)} is {a.shape[2]}x{a.shape[1]}, the first image "
-                                  f"{shape0[2]}x{shape0[1]}; set data.image_size=N to resize them all")
-        pix.append(a)
     y = np.array([classes.index(parts[len(levels)]) for parts in found], dtype=np.int64)
     columns: dict[str, np.ndarray] = {lv: np.array([p[i] for p in found], dtype=object) for i, lv in enumerate(levels)}
     if index is not None:
@@ -456,25 +453,42 @@ def _image_folder(root: Path, cfg: DataConfig, index: Table | None, classes: lis
         for name, col in index.columns.items():
             if name != "path" and name not in columns:
                 columns[name] = col[np.asarray(rows, dtype=np.int64)]
-    return np.stack(pix), y, classes, columns
+    return [root.joinpath(*parts) for parts in found], y, classes, columns
+
+
+def _decode(paths: list[Path], cfg: DataConfig) -> np.ndarray:
+    """(N, C, H, W) uint8 pixels of the images; every image the same size (or ``data.image_size``)."""
+    pix, shape0 = [], None
+    for path in paths:
+        a = _read_image(path, cfg)
+        if shape0 is None:
+            shape0 = a.shape
+        elif a.shape != shape0:
+            raise DataFormatError(f"{path} is {a.shape[2]}x{a.shape[1]}, the first image {shape0[2]}x{shape0[1]}; "
+                                  "set data.image_size=N to resize them all")
+        pix.append(a)
+    return np.stack(pix)
 
 
 def load_imagefolder(cfg: DataConfig) -> Dataset:
-    """``data.name=imagefolder``: class sub-folders of images, optionally under named levels (module docstring)."""
+    """``data.name=imagefolder``: class sub-folders of images, optionally under named levels (module docstring).
+
+    The decoded (and standardised) pixels go to the decoded-data cache of :mod:`flplat.data.files` (``data.cache``,
+    ``data.cache_dir``), keyed by the images' SHA-256 and ``data.image_size`` / ``grey`` / ``standardize``; the
+    labels, clients and metadata are read from the paths every time.
+    """
     root = resolve_path(cfg, "path", "a folder of class sub-folders of images")
     if not root.is_dir():
         raise DataFormatError(f"data.path={str(cfg.path)!r}: {root} is not a folder (data.name=imagefolder)")
     ipath = resolve_path(cfg, "index_file", "a CSV with a path column", required=False)
     index = read_csv(ipath) if ipath is not None else None
-    x, y, classes, cols = _image_folder(root, cfg, index, None)
+    paths, y, classes, cols = _image_folder(root, cfg, index, None)
     tpath = resolve_path(cfg, "test_path", "a test folder in the layout of data.path", required=False)
-    x_te = y_te = None
+    paths_te: list[Path] = []
+    y_te = None
     cols_te: dict[str, np.ndarray] = {}
     if tpath is not None:
-        x_te, y_te, _, cols_te = _image_folder(tpath, cfg, None, classes)
-        if x_te.shape[1:] != x.shape[1:]:
-            raise DataFormatError(f"{tpath}: images are {x_te.shape[1:]}, the training folder's {x.shape[1:]}; "
-                                  "set data.image_size=N")
+        paths_te, y_te, _, cols_te = _image_folder(tpath, cfg, None, classes)
 
     def column(cols: dict, name: str, key: str, src: Path) -> np.ndarray:
         if name not in cols:
@@ -490,13 +504,26 @@ def load_imagefolder(cfg: DataConfig) -> Dataset:
     if cfg.meta_columns:
         meta, meta_test = keyed_columns({m: column(cols, m, "data.meta_columns", root) for m in cfg.meta_columns},
                                         {m: cols_te.get(m) for m in cfg.meta_columns}, str(root))
-    xt = torch.from_numpy(x.astype(np.float32) / 255.0)
-    xtt = None if x_te is None else torch.from_numpy(x_te.astype(np.float32) / 255.0)
-    if cfg.standardize:
-        mean = xt.mean(dim=(0, 2, 3), keepdim=True)
-        std = xt.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
-        xt = (xt - mean) / std
-        xtt = None if xtt is None else (xtt - mean) / std
-    return Dataset(name="imagefolder", x_train=xt, y_train=torch.from_numpy(y), num_classes=len(classes),
-                   x_test=xtt, y_test=None if y_te is None else torch.from_numpy(y_te), class_names=classes,
+
+    def build() -> dict[str, torch.Tensor]:
+        x = torch.from_numpy(_decode(paths, cfg).astype(np.float32) / 255.0)
+        out = {"x_train": x}
+        if paths_te:
+            x_te = torch.from_numpy(_decode(paths_te, cfg).astype(np.float32) / 255.0)
+            if x_te.shape[1:] != x.shape[1:]:
+                raise DataFormatError(f"{tpath}: images are {tuple(x_te.shape[1:])}, the training folder's "
+                                      f"{tuple(x.shape[1:])}; set data.image_size=N")
+            out["x_test"] = x_te
+        if cfg.standardize:
+            mean = x.mean(dim=(0, 2, 3), keepdim=True)
+            std = x.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+            out = {k: (v - mean) / std for k, v in out.items()}
+        return out
+
+    key = f"imagefolder-s{int(cfg.image_size)}-{'L' if cfg.grey else 'RGB'}-z{int(bool(cfg.standardize))}"
+    arrays = _cached_arrays(cfg, key, [*paths, *paths_te], build)
+
+    return Dataset(name="imagefolder", x_train=arrays["x_train"], y_train=torch.from_numpy(y),
+                   num_classes=len(classes), x_test=arrays.get("x_test"),
+                   y_test=None if y_te is None else torch.from_numpy(y_te), class_names=classes,
                    client_ids=ids, client_ids_test=ids_test, meta=meta, meta_test=meta_test)
