@@ -111,7 +111,7 @@ def test_table_errors_name_the_file_and_the_column(tmp_path):
     with pytest.raises(ConfigError, match="needs data.path"):
         load_dataset(DataConfig(name="table"), 0)
     gap = write_csv(tmp_path / "gap.csv", ["a", "label"], [[1, 0], ["", 1]])
-    with pytest.raises(DataFormatError, match=r"column 'a' row 3 is empty"):
+    with pytest.raises(DataFormatError, match=r"column 'a' data row 2 is empty"):
         load_dataset(table_cfg(gap), 0)
 
 

@@ -275,8 +275,8 @@ def _features(tab: Table, names: list[str], cfg: DataConfig, fit: dict | None) -
                 raise DataFormatError(f"{tab.path}: column {name!r} holds text, the training file's numbers")
             empty = np.flatnonzero(np.isnan(col))
             if len(empty):
-                raise DataFormatError(f"{tab.path}: column {name!r} row {int(empty[0]) + 2} is empty; fill or drop "
-                                      "the rows with empty numeric features")
+                raise DataFormatError(f"{tab.path}: column {name!r} data row {int(empty[0]) + 1} is empty; fill or "
+                                      "drop the rows with empty numeric features")
             blocks.append(((col - spec[1]) / spec[2] if cfg.standardize else col)[:, None])
         else:
             text = col.astype(str) if tab.numeric(name) else col
@@ -297,7 +297,8 @@ def _label_values(tab: Table, name: str) -> np.ndarray:
     if tab.numeric(name):
         empty = np.flatnonzero(np.isnan(col))
         if len(empty):
-            raise DataFormatError(f"{tab.path}: column {name!r} (data.label_column) row {int(empty[0]) + 2} is empty")
+            raise DataFormatError(f"{tab.path}: column {name!r} (data.label_column) data row {int(empty[0]) + 1} "
+                                  "is empty")
     return col
 
 
