@@ -400,11 +400,18 @@ def test_flplat_run_on_a_csv_with_natural_clients(tmp_path):
     lines = csv_path.read_text().splitlines()[1:]
     # the four users are the four clients, each with its 20 rows: 16 train + 4 test
     assert len(lines) == 4 and all(line.split(",")[1:3] == ["16", "4"] for line in lines)
-    bad = subprocess.run(base + ["tracking.enabled=false", "data.label_column=target"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
-    err = bad.stderr.strip()
-    assert bad.returncode == 2 and len(err.splitlines()) == 1, err
-    assert "users.csv" in err and "'target'" in err
+
+
+def test_flplat_run_names_the_file_and_the_missing_column(tmp_path, capsys):
+    from flplat.cli import main
+
+    path = write_csv(tmp_path / "users.csv", HEADER, ROWS)
+    rc = main(["run", str(REPO / "configs/quickstart.yaml"), "data.name=table", f"data.path={path}",
+               "data.label_column=target", f"tracking.store_dir={tmp_path / 'mlruns'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("flplat: error: "), (rc, err)
+    assert str(path) in err[0] and "no column 'target' (data.label_column)" in err[0]
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
 
 
 @pytest.mark.parametrize("override,key", [
