@@ -36,8 +36,8 @@ every non-empty cell is a number is numeric, any other is categorical:
   ``ordinal`` gives one column of category codes ``0..k-1`` (an unseen test value is ``-1``); neither is
   standardised. An empty cell is a category of its own.
 
-The feature order is the column order, a one-hot column expanded in place. ``data.test_path`` is an optional
-official test table with the same label and feature columns.
+The features come in the order of ``data.feature_columns`` (else the file's), a one-hot column expanded in place.
+``data.test_path`` is an optional official test table with the same label and feature columns.
 
 ``npz``
 -------
