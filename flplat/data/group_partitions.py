@@ -19,7 +19,8 @@ of levels of the metadata columns ``partition.meta_columns`` is one planted dist
 "Low heterogeneity: 2 distributions based on ViewPosition (Frontal vs. Lateral). Medium heterogeneity: 4
 distributions based on ViewPosition and Age (<50 vs. >=50). High heterogeneity: 8 distributions based on
 ViewPosition, Age, and Sex (Male vs. Female)", i.e. ``meta_columns=[view]``, ``[view, age]`` and
-``[view, age, sex]`` with ``partition.meta_bins.age=[50]`` (the column names are the loader's); for Office-Home
+``[view, age, sex]`` with ``partition.meta_bins.age=[50]`` (the column names are the loader's; the authors'
+generator, public/generate_datasets_chexpert.py, cuts age at 60 instead: ``meta_bins.age=[60]``); for Office-Home
 "the four inherent domains of the dataset: Art, Clipart, Product, and Real-World" (``meta_columns=[domain]``).
 ``partition.meta_bins`` cuts a numeric column at increasing points (``[50]``: level 0 ``< 50``, level 1
 ``>= 50``); a column without cuts uses its values as levels. A sample with a missing value (``-1``) in a used
