@@ -140,13 +140,26 @@ class DataConfig:
     femnist: FEMNISTConfig = field(default_factory=FEMNISTConfig)
     chexpert: CheXpertConfig = field(default_factory=CheXpertConfig)
     officehome: OfficeHomeConfig = field(default_factory=OfficeHomeConfig)
+    # your own files (flplat/data/user_files.py): imagefolder | npz | table
+    path: str | None = None  # the folder (imagefolder) or file (npz; table: .csv / .parquet); relative: under data.root
+    test_path: str | None = None  # imagefolder / table: an official test set in the same layout / columns (optional)
+    label_column: str = "label"  # table: the label column
+    feature_columns: list[str] = field(default_factory=list)  # table: feature columns ([]: every other column)
+    categorical: str = "onehot"  # table: text feature columns -> onehot | ordinal (categories of the training file)
+    standardize: bool = True  # table: numeric features, imagefolder: channels, z-scored with the training pool's stats
+    client_column: str | None = None  # natural client of each sample: table column | npz array | imagefolder level
+    meta_columns: list[str] = field(default_factory=list)  # per-sample metadata kept for partition.name=metadata
+    folder_levels: list[str] = field(default_factory=list)  # imagefolder: names of folder levels above the classes
+    index_file: str | None = None  # imagefolder: CSV with a `path` column (relative to data.path) + client/meta columns
+    image_size: int = 0  # imagefolder: resize every image to image_size x image_size (0: keep; sizes must agree)
+    grey: bool = False  # imagefolder: one grey channel (else RGB)
 
 
 @dataclass
 class PartitionConfig:
     """How the training pool is dealt to clients (see :mod:`flplat.data.partitions`)."""
 
-    name: str = "dirichlet"  # iid | dirichlet | similarity | cafa | shift | pqfed
+    name: str = "dirichlet"  # iid | dirichlet | similarity | cafa | shift | pqfed | natural | metadata
     num_clients: int = 10
     alpha: float = 0.3  # dirichlet concentration
     similarity: float = 0.5  # S of the Similarity protocol: the IID share of the data
@@ -165,9 +178,17 @@ class PartitionConfig:
     shift_type: str = "feature"  # feature (P(X)) | label (P(Y)) | concept_yx (P(Y|X)) | concept_xy (P(X|Y))
     shift_level: int = 1  # 1..8, the rows of Table 9
     num_unseen_clients: int = 0  # extra test-only clients drawn from the training clients' distributions
-    samples_per_client: int = 0  # shift: samples dealt to each client before the shift (0: the pool split evenly)
+    samples_per_client: int = 0  # shift, metadata: samples dealt to each client (0: the pool split evenly)
     label_bank_size: int = 5  # shift_type=label: number of class sets in the bank
     train_copies: int = 1  # shift: each training client's train split repeated this many times (Flux App. F.2)
+    # natural (flplat/data/group_partitions.py): every client id of the dataset is one client
+    natural_min_samples: int = 1  # drop natural clients with fewer pool samples
+    natural_max_clients: int = 0  # keep at most this many (the first of a seeded shuffle); 0: all
+    natural_test: str = "auto"  # split (test_fraction of each client) | official (client_ids_test) | auto
+    # metadata (flplat/data/group_partitions.py): distributions = level combinations of dataset metadata columns
+    meta_columns: list[str] = field(default_factory=list)  # e.g. [view, age, sex] (Flux CheXpert high, App. B.1)
+    meta_bins: dict[str, list[float]] = field(default_factory=dict)  # cut points, e.g. {age: [50]}: <50 | >=50
+    meta_assign: str = "random"  # random: each client draws a distribution | balanced: distributions cycled
     # cafa (CAFA §IV-B): share of IID clients; classes per non-IID client; relative client sizes
     iid_fraction: float = 0.5
     class_fraction_min: float = 0.2
@@ -467,6 +488,8 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_range(d.synthetic_classes >= 2, "data.synthetic_classes", d.synthetic_classes, "an integer >= 2")
     check_range(d.synthetic_separation >= 0, "data.synthetic_separation", d.synthetic_separation, "a number >= 0")
     _validate_paper_data(d)
+    check_choice("data.categorical", d.categorical, ("onehot", "ordinal"))
+    check_range(d.image_size >= 0, "data.image_size", d.image_size, "an integer >= 0 (0: keep the files' size)")
 
     p = cfg.partition
     check_choice("partition.name", p.name, names.partitions)
@@ -488,9 +511,11 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     if p.name == "shift":
         check_choice("partition.shift_type", p.shift_type, names.shift_types)
         check_range(1 <= p.shift_level <= 8, "partition.shift_level", p.shift_level, "an integer in 1..8")
+    if p.name in ("shift", "metadata"):
         check_range(p.num_unseen_clients >= 0, "partition.num_unseen_clients", p.num_unseen_clients, "an integer >= 0")
         check_range(p.samples_per_client >= 0, "partition.samples_per_client", p.samples_per_client,
                "an integer >= 0 (0: the pool split evenly)")
+    if p.name == "shift":
         check_range(p.label_bank_size >= 1, "partition.label_bank_size", p.label_bank_size, "an integer >= 1")
     check_range(p.train_copies >= 1 and (p.train_copies == 1 or p.name == "shift"), "partition.train_copies",
                 p.train_copies, "an integer >= 1 (> 1 only with partition.name=shift)")
@@ -502,6 +527,17 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_range(p.size_min > 0 and math.isfinite(p.size_min), "partition.size_min", p.size_min, "a finite number > 0")
     check_range(p.size_min <= p.size_max and math.isfinite(p.size_max), "partition.size_max", p.size_max,
            "a finite number >= partition.size_min")
+    check_range(p.natural_min_samples >= 1, "partition.natural_min_samples", p.natural_min_samples, "an integer >= 1")
+    check_range(p.natural_max_clients >= 0, "partition.natural_max_clients", p.natural_max_clients,
+                "an integer >= 0 (0: all)")
+    check_choice("partition.natural_test", p.natural_test, ("auto", "split", "official"))
+    check_choice("partition.meta_assign", p.meta_assign, ("random", "balanced"))
+    if p.name == "metadata":
+        check_range(len(p.meta_columns) >= 1, "partition.meta_columns", list(p.meta_columns),
+                    "a non-empty list of the dataset's metadata columns, e.g. [view]")
+    for col, cuts in p.meta_bins.items():
+        check_range(list(cuts) == sorted(cuts) and all(math.isfinite(c) for c in cuts), f"partition.meta_bins.{col}",
+                    list(cuts), "increasing finite cut points, e.g. [50]")
     for k in ("train_fraction", "val_fraction", "test_fraction"):
         check_range(0.0 <= p[k] <= 1.0, f"partition.{k}", p[k], "a number in [0, 1]")
     total = p.train_fraction + p.val_fraction + p.test_fraction

@@ -43,4 +43,4 @@ def test_importing_datasets_registers_every_dataset() -> None:
     code = "from flplat.data.datasets import DATASETS; print(' '.join(sorted(DATASETS)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["acs_income", "amazon_reviews", "chexpert", "cifar10", "cifar100", "digits", "femnist", "fmnist",
-                   "mnist", "office_home", "sent140", "serengeti", "synthetic"]
+                   "imagefolder", "mnist", "npz", "office_home", "sent140", "serengeti", "synthetic", "table"]

@@ -39,7 +39,7 @@ def assert_disjoint(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def test_registry() -> None:
-    assert set(PARTITIONS) == {"iid", "dirichlet", "similarity", "cafa", "pqfed", "shift"}
+    assert set(PARTITIONS) == {"iid", "dirichlet", "similarity", "cafa", "pqfed", "shift", "natural", "metadata"}
 
 
 @pytest.mark.parametrize("name", ["iid", "dirichlet"])
@@ -138,7 +138,7 @@ def test_dirichlet_infeasible_after_retries() -> None:
 
 
 def test_dispatch_errors() -> None:
-    with pytest.raises(ConfigError, match="cafa, dirichlet, iid, pqfed, shift, similarity"):
+    with pytest.raises(ConfigError, match="cafa, dirichlet, iid, metadata, natural, pqfed, shift, similarity"):
         partition(balanced(), PartitionConfig(name="nope"), np.random.default_rng(0))
     with pytest.raises(ConfigError, match="partition.num_clients"):
         partition(np.arange(5) % 2, PartitionConfig(name="iid", num_clients=6), np.random.default_rng(0))

@@ -25,6 +25,10 @@ token ids, int64 ``x``), ``femnist`` (:mod:`flplat.data.leaf`), ``chexpert`` (:m
     The papers' other datasets, read from their public file formats only (never downloaded); each module's
     docstring gives the format, the choices made and where to get the files. They fill ``client_ids`` (natural
     clients: FEMNIST writers, Sent140 users) and ``meta`` (CheXpert view/sex/age, Office-Home domain, ACS state).
+``imagefolder`` / ``npz`` / ``table``
+    A user's own files without code (``data.path``): class sub-folders of images, an ``.npz`` with ``x`` / ``y``
+    arrays, a CSV / Parquet table with a label column; each optionally with the natural client of every sample
+    (``data.client_column``) and metadata columns (``data.meta_columns``). See :mod:`flplat.data.user_files`.
 
 Where the files of ``mnist`` / ``fmnist`` / ``cifar10`` / ``cifar100`` are looked for (``data.root``,
 ``$FLPLAT_DATA``, ``../shared/data``, ...), when they are downloaded, and the decoded cache (``data.cache``,
@@ -279,3 +283,30 @@ def load_chexpert(cfg: DataConfig, seed: int) -> Dataset:
 def load_office_home(cfg: DataConfig, seed: int) -> Dataset:
     """Office-Home: x (N, 3, S, S), 20 classes by default, meta['domain'] (Flux App. B.1)."""
     return officehome.load_officehome(cfg)
+
+
+# ------------------------------------------------------------------------------ your own files (flplat.data.user_files)
+
+
+@register_dataset("imagefolder")
+def load_imagefolder(cfg: DataConfig, seed: int) -> Dataset:
+    """A folder of class sub-folders of images (``data.path``; optional named levels above the classes)."""
+    from flplat.data.user_files import load_imagefolder as load
+
+    return load(cfg)
+
+
+@register_dataset("npz")
+def load_npz(cfg: DataConfig, seed: int) -> Dataset:
+    """An ``.npz`` with arrays ``x``, ``y`` (optional ``x_test``, ``y_test``, client / metadata arrays)."""
+    from flplat.data.user_files import load_npz as load
+
+    return load(cfg)
+
+
+@register_dataset("table")
+def load_table(cfg: DataConfig, seed: int) -> Dataset:
+    """A CSV (or Parquet) table with a label column, feature columns and optional client / metadata columns."""
+    from flplat.data.user_files import load_table as load
+
+    return load(cfg)

@@ -29,6 +29,9 @@ Protocols (Clust-PSI-PFL §IV-A-b, following the authors' code as recorded in SE
   The absolute scale is the largest one that every class's supply can meet (at most ``N / K`` per unit of
   ``u``), so the demand of the concentrated non-IID clients never exceeds a class; leftovers are dropped. The
   true IID flags go to ``FederatedData.meta["iid"]`` (CBCC's detection metrics).
+* ``natural`` -- keeps the dataset's natural clients (``Dataset.client_ids``), and ``metadata`` -- planted
+  distributions = level combinations of metadata columns (Flux's CheXpert non-IID levels and Office-Home domains,
+  App. B.1, F.4); both need the dataset, not the labels alone: :mod:`flplat.data.group_partitions`.
 
 :func:`split_client` cuts one client's data into local train / validation / test splits and
 :func:`build_federation` puts it all together from a :class:`~flplat.data.containers.Dataset` and a seed, with
@@ -189,9 +192,15 @@ def _needs_dataset(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> li
 #: protocols that need the whole dataset (features, test set), not only the labels; see build_federation
 DATASET_PARTITIONS = ("pqfed",)
 
+def _needs_groups(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
+    from flplat.data.group_partitions import needs_groups
+
+    return needs_groups(labels, cfg, rng)
+
+
 PARTITIONS: dict[str, PartitionFn] = {"iid": iid, "dirichlet": dirichlet, "similarity": similarity,
                                       "cafa": cafa, "shift": _shift,
-                                      "pqfed": _needs_dataset}
+                                      "pqfed": _needs_dataset, "natural": _needs_groups, "metadata": _needs_groups}
 
 
 def partition(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
@@ -219,6 +228,10 @@ def build_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
         from flplat.data.shift_partition import build_shift_federation
 
         return build_shift_federation(dataset, cfg, seed)
+    if cfg.name in ("natural", "metadata"):  # the dataset's own clients / metadata (flplat/data/group_partitions.py)
+        from flplat.data.group_partitions import build_group_federation
+
+        return build_group_federation(dataset, cfg, seed)
     part_ss, split_ss = np.random.SeedSequence(int(seed)).spawn(2)
     labels = as_labels(dataset.y_train)
     fixed, public, extra = {}, None, {}

@@ -1,0 +1,258 @@
+"""Partitions that keep groups the data already has: ``natural`` (its clients) and ``metadata`` (its domains).
+
+``natural`` -- naturally federated data (FEMNIST writers, a table's user column): every distinct
+``Dataset.client_ids`` value is one client, holding exactly its samples. Clients with fewer than
+``partition.natural_min_samples`` pool samples are left out; ``partition.natural_max_clients`` > 0 keeps the
+first N of a shuffle seeded by the partition seed. Clients are ordered by their id (the code of the sorted
+original values, see :mod:`flplat.data.user_files`); ``meta["natural_client_ids"]`` maps client k to it. The local
+splits: ``partition.natural_test=split`` cuts each client's samples into train / val / test by the usual
+``partition.*_fraction`` (:func:`~flplat.data.splits.split_client`); ``official`` takes a client's test split from
+the official test set (its samples whose ``client_ids_test`` is the client's; the pool and the test set are
+concatenated into one pool) and cuts its pool samples into train / val with val share
+``val_fraction / (train_fraction + val_fraction)`` (``test_fraction`` is not used); ``auto`` (default) is
+``official`` when the dataset has ``client_ids_test``, else ``split``. Test clients that no training client has are
+not clients (counted in ``meta["test_samples_without_client"]``). The official test set stays the pooled global
+test set. ``partition.num_clients`` is not used (the data decides; the log says how many clients were kept).
+
+``metadata`` -- Flux's real-world distributions (Fenoglio et al., App. B.1 and F.4, Table 59): each combination
+of levels of the metadata columns ``partition.meta_columns`` is one planted distribution. App. B.1 for CheXpert:
+"Low heterogeneity: 2 distributions based on ViewPosition (Frontal vs. Lateral). Medium heterogeneity: 4
+distributions based on ViewPosition and Age (<50 vs. >=50). High heterogeneity: 8 distributions based on
+ViewPosition, Age, and Sex (Male vs. Female)", i.e. ``meta_columns=[view]``, ``[view, age]`` and
+``[view, age, sex]`` with ``partition.meta_bins.age=[50]`` (the column names are the loader's; the authors'
+generator, public/generate_datasets_chexpert.py, cuts age at 60 instead: ``meta_bins.age=[60]``); for Office-Home
+"the four inherent domains of the dataset: Art, Clipart, Product, and Real-World" (``meta_columns=[domain]``).
+``partition.meta_bins`` cuts a numeric column at increasing points (``[50]``: level 0 ``< 50``, level 1
+``>= 50``); a column without cuts uses its values as levels. A sample with a missing value (``-1``) in a used
+column belongs to no distribution and is left out (``meta["dropped_samples"]``), as the authors' masks leave out
+CheXpert's unknown sex. Distribution ids are the observed level combinations in lexicographic order.
+
+Clients: ``partition.num_clients`` training clients and ``partition.num_unseen_clients`` test-only clients (Flux's
+test phase). ``partition.meta_assign=random`` (default): each training client draws a distribution uniformly, as
+the authors' CheXpert generator does (``np.random.choice`` over the distribution bank), so a distribution may have
+no client; ``balanced``: the distributions are cycled over the clients and the order shuffled, as their Office-Home
+generator does (``itertools.cycle`` over the domains, then ``random.shuffle``). An unseen client takes a
+distribution of the training clients the same way (uniformly / cycled over the distributions used). A
+distribution's samples, shuffled, are dealt to its clients (training, then unseen): ``partition.samples_per_client``
+each (an error when the distribution has too few), or with 0 (default) split evenly among them (the Office-Home
+generator). Clients never share a sample. A training client's samples are split into train / val / test by the
+usual fractions; an unseen client holds all its samples in its test split. The authors' CheXpert generator deals
+150 training / 280 test images per client, but takes them from the unshuffled head of the distribution (every
+client of a distribution gets the same images, its test images included): we do not copy that; use
+``samples_per_client`` for the size. The official test set stays the pooled global test set (it is drawn from the
+same distributions, unlike the shift partition's).
+
+Planted ids exactly as :mod:`flplat.data.shift_partition` exposes them, so ARI, the true M (``num_distributions``)
+and the test phase read them unchanged: ``meta["distribution"]`` (each training client's id),
+``meta["unseen_distribution"]``, ``meta["num_distributions"]`` (distinct ids of the training clients),
+``meta["num_candidate_distributions"]`` and ``meta["distributions"]`` (each id's levels as text).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from flplat.data.containers import ClientSplit, Dataset, FederatedData
+from flplat.data.splits import InfeasiblePartitionError, split_client
+from flplat.errors import ConfigError
+
+log = logging.getLogger("flplat")
+
+GROUP_PARTITIONS = ("natural", "metadata")
+
+
+def _num_labels(dataset: Dataset) -> int:
+    return len(dataset.y_train)
+
+
+# ------------------------------------------------------------------------------------------------------ natural
+
+
+def natural_clients(client_ids: np.ndarray, min_samples: int, max_clients: int, rng: np.random.Generator
+                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The kept natural client ids (sorted) and each one's pool indices (sorted)."""
+    ids = np.asarray(client_ids, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    uniq, starts, counts = np.unique(ids[order], return_index=True, return_counts=True)
+    keep = np.flatnonzero(counts >= int(min_samples))
+    if max_clients and len(keep) > max_clients:
+        keep = np.sort(rng.permutation(keep)[:int(max_clients)])
+    return uniq[keep], [np.sort(order[starts[i]:starts[i] + counts[i]]) for i in keep]
+
+
+def build_natural_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
+    """``partition.name=natural`` (module docstring); deterministic in ``seed``."""
+    if dataset.client_ids is None:
+        raise ConfigError(f"partition.name='natural' needs the natural client of every sample, and data.name="
+                          f"{dataset.name!r} has none; allowed: a dataset with client ids (imagefolder / npz / table "
+                          "with data.client_column=...) or another partition.name")
+    mode = str(cfg.natural_test)
+    if mode == "official" and dataset.client_ids_test is None:
+        raise ConfigError(f"partition.natural_test='official' needs the official test set's client ids, and data."
+                          f"name={dataset.name!r} has none; allowed: split, auto")
+    official = mode == "official" or (mode == "auto" and dataset.client_ids_test is not None)
+    pick_ss, split_ss = np.random.SeedSequence(int(seed)).spawn(2)
+    kept, parts = natural_clients(dataset.client_ids, int(cfg.natural_min_samples), int(cfg.natural_max_clients),
+                                  np.random.default_rng(pick_ss))
+    n = _num_labels(dataset)
+    if not len(kept):
+        raise InfeasiblePartitionError(f"partition.name='natural' keeps no client: none of the "
+                                       f"{len(np.unique(dataset.client_ids))} natural clients has "
+                                       f"partition.natural_min_samples={cfg.natural_min_samples} samples; lower it")
+    x, y, meta = dataset.x_train, dataset.y_train, {}
+    if official:
+        import torch
+
+        x, y = torch.cat([dataset.x_train, dataset.x_test]), torch.cat([dataset.y_train, dataset.y_test])
+        tr, va = float(cfg.train_fraction), float(cfg.val_fraction)
+        local = SimpleNamespace(val_fraction=va / (tr + va), test_fraction=0.0)
+        test_ids = np.asarray(dataset.client_ids_test, dtype=np.int64)
+        t_order = np.argsort(test_ids, kind="stable")
+        t_uniq, t_start, t_count = np.unique(test_ids[t_order], return_index=True, return_counts=True)
+        where = dict(zip(t_uniq.tolist(), zip(t_start.tolist(), t_count.tolist())))
+        clients = []
+        for cid, part, ss in zip(kept.tolist(), parts, split_ss.spawn(len(parts))):
+            sp = split_client(part, local, np.random.default_rng(ss))
+            s, c = where.get(cid, (0, 0))
+            sp.test = n + np.sort(t_order[s:s + c]).astype(np.int64)
+            clients.append(sp)
+        meta["test_samples_without_client"] = int((~np.isin(test_ids, kept)).sum())
+    else:
+        clients = [split_client(p, cfg, np.random.default_rng(s)) for p, s in zip(parts, split_ss.spawn(len(parts)))]
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    log.info("partition.name=natural: %d natural clients kept of %d (partition.num_clients is not used); test "
+             "splits from %s", len(kept), len(np.unique(dataset.client_ids)),
+             "the official test set's client ids" if official else "partition.test_fraction")
+    meta = {
+        "partition": "natural", "num_clients": len(kept), "seed": int(seed), "pool_samples": n,
+        "assigned_samples": int(sizes.sum()), "dropped_samples": int(n - sizes.sum()),
+        "min_client_samples": int(sizes.min()), "max_client_samples": int(sizes.max()),
+        "natural_clients": int(len(np.unique(dataset.client_ids))), "natural_client_ids": kept,
+        "natural_test": "official" if official else "split", **meta,
+    }
+    return FederatedData(x=x, y=y, num_classes=int(dataset.num_classes), clients=clients,
+                         x_global_test=dataset.x_test, y_global_test=dataset.y_test, meta=meta)
+
+
+# ----------------------------------------------------------------------------------------------------- metadata
+
+
+def metadata_groups(meta: dict[str, np.ndarray], columns: list[str], bins: dict[str, list[float]]
+                    ) -> tuple[np.ndarray, list[str]]:
+    """Each sample's distribution id (``-1``: a missing level) and each id's description.
+
+    A column with cut points in ``bins`` is digitised (``np.digitize``: level i holds ``cuts[i-1] <= v <
+    cuts[i]``); the ids are the observed level combinations in lexicographic order.
+    """
+    n = len(next(iter(meta.values())))
+    levels = np.empty((n, len(columns)), dtype=np.int64)
+    missing = np.zeros(n, dtype=bool)
+    for j, col in enumerate(columns):
+        v = np.asarray(meta[col], dtype=np.int64)
+        missing |= v < 0
+        cuts = bins.get(col)
+        levels[:, j] = np.digitize(v, np.asarray(cuts, dtype=np.float64)) if cuts else v
+    combos, inverse = np.unique(levels[~missing], axis=0, return_inverse=True)
+    ids = np.full(n, -1, dtype=np.int64)
+    ids[~missing] = inverse.reshape(-1)
+
+    def level(col: str, value: int) -> str:
+        cuts = list(bins.get(col) or [])
+        if not cuts:
+            return f"{col}={value}"
+        lo = f"{cuts[value - 1]:g} <= " if value > 0 else ""
+        hi = f" < {cuts[value]:g}" if value < len(cuts) else ""
+        return f"{lo}{col}{hi}"
+
+    return ids, [", ".join(level(c, int(v)) for c, v in zip(columns, row)) for row in combos]
+
+
+def _assign(kind: str, choices: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    if count == 0 or len(choices) == 0:
+        return np.empty(0, dtype=np.int64)
+    if kind == "balanced":
+        return rng.permutation(np.fromiter(itertools.islice(itertools.cycle(choices), count), np.int64, count))
+    return choices[rng.integers(len(choices), size=count)].astype(np.int64)
+
+
+def build_metadata_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
+    """``partition.name=metadata`` (module docstring); deterministic in ``seed``."""
+    columns = list(cfg.meta_columns)
+    have = sorted(dataset.meta or {})
+    missing = [c for c in columns if c not in have]
+    if not columns or missing:
+        raise ConfigError(f"partition.meta_columns={columns} is not valid for data.name={dataset.name!r}; choose "
+                          f"among its metadata columns: {', '.join(have) or 'none (the dataset has no metadata)'}")
+    bins = {str(k): [float(c) for c in v] for k, v in dict(cfg.meta_bins).items()}
+    unknown = sorted(set(bins) - set(columns))
+    if unknown:
+        raise ConfigError(f"partition.meta_bins.{unknown[0]} cuts a column not in partition.meta_columns={columns}")
+    group, names = metadata_groups(dataset.meta, columns, bins)
+    if not names:
+        raise InfeasiblePartitionError(f"partition.meta_columns={columns}: every sample of data.name={dataset.name!r} "
+                                       "misses a level (-1) of one of them; no distribution to deal")
+    k, q, per = int(cfg.num_clients), int(cfg.num_unseen_clients), int(cfg.samples_per_client)
+    assign_ss, deal_ss, split_ss = np.random.SeedSequence(int(seed)).spawn(3)
+    arng = np.random.default_rng(assign_ss)
+    which = _assign(str(cfg.meta_assign), np.arange(len(names)), k, arng)
+    used = np.unique(which)
+    unseen_which = _assign(str(cfg.meta_assign), used, q, arng)
+    owner = np.concatenate([which, unseen_which])
+    drng = np.random.default_rng(deal_ss)
+    parts: list[np.ndarray] = [np.empty(0, np.int64)] * (k + q)
+    for g in np.unique(owner):
+        members = np.flatnonzero(owner == g)
+        idx = drng.permutation(np.flatnonzero(group == g))
+        if per:
+            if per * len(members) > len(idx):
+                raise InfeasiblePartitionError(
+                    f"partition.samples_per_client={per} times {len(members)} clients of distribution {g} "
+                    f"({names[g]}) exceeds its {len(idx)} samples; lower partition.samples_per_client or "
+                    "partition.num_clients")
+            chunks = [idx[i * per:(i + 1) * per] for i in range(len(members))]
+        else:
+            chunks = np.array_split(idx, len(members))
+        for m, chunk in zip(members, chunks):
+            parts[m] = np.sort(chunk)
+    empty = [i for i, p in enumerate(parts) if len(p) == 0]
+    if empty:
+        raise InfeasiblePartitionError(
+            f"partition.name='metadata': client {empty[0]} of distribution {owner[empty[0]]} "
+            f"({names[owner[empty[0]]]}) gets no sample; lower partition.num_clients / num_unseen_clients")
+    clients, unseen = [], []
+    for i, (part, ss) in enumerate(zip(parts, split_ss.spawn(k + q))):
+        if i < k:
+            clients.append(split_client(part, cfg, np.random.default_rng(ss)))
+        else:
+            none = np.empty(0, np.int64)
+            unseen.append(ClientSplit(train=none, val=none, test=part))
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    n = _num_labels(dataset)
+    meta = {
+        "partition": "metadata", "num_clients": k, "num_unseen_clients": q, "seed": int(seed), "pool_samples": n,
+        "assigned_samples": int(sizes.sum()), "dropped_samples": int(n - sizes.sum()),
+        "missing_level_samples": int((group < 0).sum()),
+        "min_client_samples": int(sizes[:k].min()), "max_client_samples": int(sizes[:k].max()),
+        "meta_columns": columns, "meta_assign": str(cfg.meta_assign),
+        "distribution": which.astype(np.int64), "unseen_distribution": unseen_which.astype(np.int64),
+        "num_distributions": int(len(used)), "num_candidate_distributions": len(names), "distributions": names,
+    }
+    return FederatedData(x=dataset.x_train, y=dataset.y_train, num_classes=int(dataset.num_classes), clients=clients,
+                         x_global_test=dataset.x_test, y_global_test=dataset.y_test, meta=meta, unseen=unseen)
+
+
+def build_group_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
+    builder = build_natural_federation if cfg.name == "natural" else build_metadata_federation
+    return builder(dataset, cfg, seed)
+
+
+def needs_groups(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
+    """``PARTITIONS['natural' | 'metadata']``: these read the dataset's client ids / metadata, not the labels."""
+    raise ConfigError(f"partition.name={cfg.name!r} builds clients from the dataset's "
+                      f"{'client ids' if cfg.name == 'natural' else 'metadata columns'}, not the labels alone; "
+                      "use build_federation")
