@@ -17,7 +17,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from flplat.cli import data, reports, run, store, studies
+from flplat.cli import check, data, reports, run, store, studies
 from flplat.cli.data import cmd_list, cmd_noniid_plot, cmd_partition_stats
 from flplat.cli.reports import cmd_compare, cmd_table
 from flplat.cli.run import EPILOG_RUN, cmd_run
@@ -43,6 +43,7 @@ COMMANDS = {
     "compare": (reports.add_compare, cmd_compare),
     "evaluate": (store.add_evaluate, cmd_evaluate),
     "list": (data.add_list, cmd_list),
+    "check": (check.add_check, check.cmd_check),
 }
 
 
