@@ -131,10 +131,28 @@ def test_invalid_config_refusals_and_a_value_that_is_not_refused(monkeypatch):
     t = cf.Target("fedprox")
     assert cf.invalid_overrides(t) == ["algorithm.no_such_key_flplat_check=1", "algorithm.mu=not_a_float"]
     r = cf.check_invalid_config(t)
-    assert r.ok and r.detail == "2 bad values refused with one line, exit 2"
+    assert r.ok and r.detail == "2 bad values refused with one line (exit 2), no MLflow run"
     monkeypatch.setattr(cf, "invalid_overrides", lambda t: ["algorithm.mu=0.5"])  # a valid value: it runs
     r = cf.check_invalid_config(t)
-    assert not r.ok and r.detail == "algorithm.mu=0.5: exit 0, not 2"
+    assert not r.ok and r.detail == "algorithm.mu=0.5: accepted (the run trained), not exit 2"
+
+
+class Crashing(FedAvg):
+    """FedAvg that checks its config with a bare ValueError: a traceback, not a one-line error."""
+
+    name = "test_crashing_avg"
+
+    def __init__(self, cfg, info):
+        super().__init__(cfg, info)
+        raise ValueError("bad config\nsecond line")
+
+
+def test_invalid_config_fails_for_an_algorithm_that_raises_a_traceback(register, monkeypatch):
+    t = cf.Target(register(Crashing))
+    monkeypatch.setattr(cf, "invalid_overrides", lambda t: ["federation.rounds=2"])
+    r = cf.check_invalid_config(t)
+    assert not r.ok and r.detail == ("federation.rounds=2: ValueError (bad config), not a one-line error with "
+                                     "exit 2")
 
 
 def test_json_output_and_exit_0(capsys):

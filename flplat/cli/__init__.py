@@ -6,7 +6,8 @@ Bad input (unknown names, out-of-range values, missing files, unknown override k
 This module assembles the parser and dispatches (:func:`main`), and ends the process (:func:`entry`,
 :func:`exit_now`); each command family lives in its own module: :mod:`~flplat.cli.run` (run, --resume),
 :mod:`~flplat.cli.studies` (tune, sweep, reproduce), :mod:`~flplat.cli.data` (partition-stats, noniid-plot,
-list), :mod:`~flplat.cli.reports` (table, compare), :mod:`~flplat.cli.store` (ui, runs, evaluate). They import
+list), :mod:`~flplat.cli.reports` (table, compare), :mod:`~flplat.cli.store` (ui, runs, evaluate),
+:mod:`~flplat.cli.check` (check). They import
 only the standard library and :mod:`flplat.errors` at the top, so ``flplat --help`` stays light; each command
 imports what it needs when it runs.
 """
