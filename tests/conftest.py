@@ -13,23 +13,10 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 
 
-def tiny_overrides(**extra) -> list[str]:
-    """A synthetic federation that trains in well under a second per round."""
-    base = {
-        "data.name": "synthetic", "data.synthetic_samples": 600, "data.synthetic_features": 12,
-        "data.synthetic_classes": 4, "partition.name": "dirichlet", "partition.alpha": 0.5,
-        "partition.num_clients": 6, "partition.min_samples": 10, "model.name": "mlp", "model.hidden": "[16]",
-        "federation.rounds": 2, "federation.client_fraction": 0.5, "federation.local_epochs": 1,
-        "federation.batch_size": 16, "tracking.enabled": "false",
-        "algorithm_defaults.flux_prior.num_clusters": 2,  # Dirichlet has no planted M for Flux-prior's default 0
-    }
-    base.update(extra)
-    return [f"{k}={v}" for k, v in base.items()]
-
-
-# What an algorithm needs beyond the tiny federation, for the tests that run every algorithm on it: CAFA's ABFA
-# scores the shared models on validation splits (without any, CAFA is a ConfigError).
-ALGORITHM_OVERRIDES = {"cafa": {"partition.train_fraction": 0.6, "partition.val_fraction": 0.2}}
+# the tiny synthetic federation and the built-ins' settings on it live in the library, so `flplat check` and these
+# tests run the same federation (flplat/studies/conformance.py)
+from flplat.studies.conformance import CHECK_OVERRIDES as ALGORITHM_OVERRIDES  # noqa: E402,F401
+from flplat.studies.conformance import tiny_overrides  # noqa: E402,F401
 
 
 @pytest.fixture

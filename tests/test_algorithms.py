@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from flplat.algorithms import ALGORITHMS
-from flplat.algorithms.base import Strategy
 from flplat.experiment import prepare, run
 
 
@@ -20,44 +16,21 @@ def _run(cfg):
     return summary
 
 
-# Per-algorithm settings so that 3 tiny rounds show progress: the Table II server learning rates of FedAdam and
-# FedYogi (0.001) move the global model by ~0.001 per round, too little to see on 3 rounds.
-CONFORMANCE_OVERRIDES = {
-    "fedadam": {"algorithm.server_lr": 0.03},
-    "fedyogi": {"algorithm.server_lr": 0.03},
-    "cafa": {"partition.train_fraction": 0.6, "partition.val_fraction": 0.2},  # ABFA scores on validation splits
-    "fedpfa": {"algorithm.warmup_rounds": 1},  # group after round 1 so the group-wise phase runs too
-    "creff": {"algorithm.match_steps": 10, "algorithm.retrain_steps": 30},
-}
+# The registry-wide conformance tests: the properties of `flplat check` (flplat/studies/conformance.py) on every
+# registered algorithm, one test per algorithm so that the runs the properties share (the reference run and its
+# checkpoint) are made once. The two that start other processes (sharded, kill_resume) run registry-wide under
+# `-m slow` (tests/test_sharding.py, tests/test_checkpoint.py) and for a representative in the default suite.
+FAST = ("registry", "smoke", "determinism", "checkpoint", "vectorize", "failures", "invalid_config")
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
-def test_conformance(name, tiny_cfg):
-    cls = ALGORITHMS[name]
-    assert issubclass(cls, Strategy) and cls.name == name
-    assert cls.__doc__ or __import__(cls.__module__).__doc__  # cites its paper in the module docstring
-    # config round-trip: dataclass -> OmegaConf -> dataclass with the same values
-    default = cls.Config()
-    back = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Config), OmegaConf.structured(default)))
-    assert dataclasses.asdict(back) == dataclasses.asdict(default)
+def test_conformance(name):
+    from flplat.studies.conformance import check
 
-    over = {"algorithm.name": name, "federation.rounds": 3, "federation.local_epochs": 2}
-    cfg = tiny_cfg(**over, **CONFORMANCE_OVERRIDES.get(name, {}))
-    a = _run(cfg)
-    b = _run(cfg)
-    assert len(a.history) == 3
-    # determinism: same config and seed -> identical metrics (CPU)
-    for ha, hb in zip(a.history, b.history):
-        timeless = [{k: v for k, v in h.items() if k != "round_time_s"} for h in (ha, hb)]
-        assert timeless[0] == timeless[1]
-    last = a.metrics
-    for key in ("global_accuracy", "ad", "sdad", "train_loss", "bytes_up", "bytes_down", "round_time_s"):
-        assert key in last and np.isfinite(last[key]), key
-    assert 0.0 <= last["global_accuracy"] <= 1.0
-    # training makes progress on the training objective
-    assert a.history[-1]["train_loss"] < a.history[0]["train_loss"]
-    # every client has an evaluated model
-    assert np.isfinite(a.client_table["accuracy"]).all()
+    results = check(name, only=FAST)
+    assert [r.prop for r in results] == list(FAST)
+    failed = [r.line() for r in results if not r.ok]
+    assert not failed, "\n".join(failed)
 
 
 def test_fedprox_with_mu_zero_is_exactly_fedavg(tiny_cfg):

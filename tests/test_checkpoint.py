@@ -1,6 +1,7 @@
 """Checkpoint and resume: a run killed with SIGKILL after round k and resumed with ``flplat run --resume`` ends
-in the same MLflow run with every metric at every step identical to an uninterrupted run (CPU), for one
-algorithm of each kind; every registered strategy's state survives a checkpoint round-trip; SIGTERM ends a
+in the same MLflow run with every metric at every step identical to an uninterrupted run (CPU): the
+``kill_resume`` property of ``flplat check`` (flplat/studies/conformance.py), for FedAvg by default and for every
+registered algorithm under ``-m slow``; SIGTERM ends a
 run KILLED with exit 143 and a checkpoint; stale RUNNING runs are found by their heartbeat."""
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from conftest import REPO
 
 BASE = ["data.name=digits", "partition.num_clients=6", "partition.alpha=0.5", "federation.client_fraction=0.5",
         "federation.local_epochs=1", "fabric.num_threads=1", "tracking.plots=false", "model.name=mlp"]
-TIMING = {"round_time_s", "cpu_time_s", "peak_rss_mb"}  # measured, not computed (+ MLflow's system/*)
 
 
 def _cli(args, store, **kw):
@@ -25,10 +25,6 @@ def _cli(args, store, **kw):
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.Popen([sys.executable, "-m", "flplat.cli", *args, f"tracking.store_dir={store}"], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-
-
-def _run_id(out: str) -> str:
-    return next(line.split()[2] for line in out.splitlines() if line.startswith("mlflow run:"))
 
 
 def _kill_after(args, store, k: int, sig=signal.SIGKILL) -> tuple[int, str]:
@@ -42,15 +38,6 @@ def _kill_after(args, store, k: int, sig=signal.SIGKILL) -> tuple[int, str]:
             break
     out, err = p.communicate(timeout=900)
     return p.returncode, "".join(seen) + err
-
-
-def _histories(store, run_id: str) -> dict[str, list[tuple[int, float]]]:
-    from mlflow.tracking import MlflowClient
-
-    c = MlflowClient(tracking_uri=f"sqlite:///{Path(store).resolve() / 'mlflow.db'}")
-    run = c.get_run(run_id)
-    return {k: sorted((m.step, m.value) for m in c.get_metric_history(run_id, k))
-            for k in run.data.metrics if k not in TIMING and not k.startswith("system/")}
 
 
 def _status(store, run_id: str) -> str:
@@ -67,42 +54,22 @@ def _killed_run_id(store, experiment: str) -> str:
     return run.info.run_id
 
 
-def _kill_resume_compare(tmp_path, algo_args: list[str], rounds: int = 5, k: int = 2) -> None:
-    store = tmp_path / "store"
-    args = ["configs/quickstart.yaml", *BASE, *algo_args, f"federation.rounds={rounds}"]
-    ref = _cli(["run", "--no-progress", *args, "tracking.experiment=ref"], store)
-    out, err = ref.communicate(timeout=900)
-    assert ref.returncode == 0, err
-    ref_id = _run_id(out)
-    rc, _ = _kill_after([*args, "tracking.experiment=killed"], store, k)
-    assert rc == -signal.SIGKILL
-    killed = _killed_run_id(store, "killed")
-    assert _status(store, killed) == "RUNNING"
-    assert (store / "checkpoints" / f"{killed}.pt").is_file()
-    res = _cli(["run", "--resume", killed, "--force", "--no-progress"], store)
-    out, err = res.communicate(timeout=900)
-    assert res.returncode == 0, err
-    assert _run_id(out) == killed and "resuming run" in err  # same MLflow run (checkpoint round >= k)
-    assert _status(store, killed) == "FINISHED"
-    got, want = _histories(store, killed), _histories(store, ref_id)
-    assert got.keys() == want.keys()
-    for key in want:
-        assert got[key] == want[key], key  # every step, exactly once, same value
-    assert not (store / "checkpoints" / f"{killed}.pt").exists()  # a finished run's checkpoint is removed
+def test_kill9_resume_identical_fedavg():
+    """The kill_resume property of `flplat check` (a representative in the default suite)."""
+    from flplat.studies.conformance import Target, check_kill_resume
 
-
-def test_kill9_resume_identical_fedavg(tmp_path):
-    _kill_resume_compare(tmp_path, ["algorithm.name=fedavg"])
+    r = check_kill_resume(Target("fedavg"))
+    assert r.ok, r.line()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo_args", [
-    ["algorithm.name=ifca", "algorithm.num_clusters=2"],  # clustered
-    ["algorithm.name=ditto"],  # personalised (client store)
-    ["algorithm.name=fedadam"],  # stateful server optimizer
-], ids=["ifca", "ditto", "fedadam"])
-def test_kill9_resume_identical_each_kind(tmp_path, algo_args):
-    _kill_resume_compare(tmp_path, algo_args)
+@pytest.mark.parametrize("name", sorted(__import__("flplat.algorithms", fromlist=["ALGORITHMS"]).ALGORITHMS))
+def test_kill9_resume_identical_every_algorithm(name):
+    """Registry-wide: killed with SIGKILL after round 1 and resumed, every metric at every step as uninterrupted."""
+    from flplat.studies.conformance import Target, check_kill_resume
+
+    r = check_kill_resume(Target(name))
+    assert r.ok, r.line()
 
 
 def test_sigterm_ends_killed_with_checkpoint(tmp_path):
@@ -155,41 +122,8 @@ def _orchestrator(cfg, callbacks=()):
                            int(f.accuracy_window), metrics_cfg=cfg.metrics)
 
 
-def _timeless(history):
-    return [{k: v for k, v in h.items() if k not in TIMING} for h in history]
-
-
-@pytest.mark.parametrize("name", sorted(__import__("flplat.algorithms", fromlist=["ALGORITHMS"]).ALGORITHMS))
-def test_checkpoint_roundtrip_every_algorithm(name, tiny_cfg):
-    """Registry-wide: a checkpoint taken after round 2 (pickled to bytes, as on disk), restored into a freshly
-    built run, continues to the same metrics at round 3 as the run that was never stopped."""
-    import io
-
-    import torch
-    from test_algorithms import CONFORMANCE_OVERRIDES
-
-    from flplat.engine import checkpoint
-    from flplat.engine.orchestrator import Callback
-
-    # seed 2: the fresh server RNG's first draw differs from round 3's, so a lost RNG state shows
-    cfg = tiny_cfg(**{"algorithm.name": name, "federation.rounds": 3, "seed": 2,
-                      **CONFORMANCE_OVERRIDES.get(name, {})})
-    saved = io.BytesIO()
-
-    class Grab(Callback):
-        def on_round_end(self, orch, round, metrics):
-            if round == 2:
-                torch.save(checkpoint.payload(orch, round), saved)
-
-    p, orch = _orchestrator(cfg, [Grab()])
-    full = orch.run(p.init_weights)
-    saved.seek(0)
-    data = torch.load(saved, weights_only=False)
-    p2, orch2 = _orchestrator(cfg)
-    resumed = orch2.run(p2.init_weights, resume=checkpoint.resumer(data))
-    assert orch2.start_round == 3
-    assert _timeless(resumed.history) == _timeless(full.history)
-    assert resumed.final == full.final
+# every registered strategy's checkpoint round trip: the `checkpoint` property of `flplat check`, run registry-wide by
+# tests/test_algorithms.py::test_conformance
 
 
 def test_strategy_state_outside_server_state_is_checkpointed(tiny_cfg):

@@ -142,6 +142,58 @@ def test_render_table_rows_and_counts():
     assert "Claims: 0 hold, 1 fail. Values: 1 within the paper's spread, 1 outside." in md
 
 
+def test_parse_added_method():
+    m = rp.parse_added_method("MyAlgo=algorithm.name=fedprox,algorithm.mu=0.1,model.hidden=[16,16]")
+    assert (m.name, m.overrides, m.added) == ("MyAlgo", ["algorithm.name=fedprox", "algorithm.mu=0.1",
+                                                         "model.hidden=[16,16]"], True)
+    assert rp.parse_added_method("fedprox").overrides == ["algorithm.name=fedprox"]  # NAME is the algorithm
+    assert rp.parse_added_method("fedprox=algorithm.mu=0.1").overrides == ["algorithm.name=fedprox", "algorithm.mu=0.1"]
+    t = next(t for t in rp.paper_tables("dapfl") if t.id == "table3_digits")
+    t2 = rp.with_added(t, [m])
+    assert [x.name for x in t2.methods] == [x.name for x in t.methods] + ["MyAlgo"]
+    assert t2.all_seeds("MyAlgo") and t2.all_seeds("DA-PFL") and not t2.all_seeds("IFCA")  # --baseline-seeds
+    assert [x.name for x in t.methods][-1] == "DA-PFL"  # the paper's table is not changed
+
+
+def test_render_table_added_method_has_no_paper_value_and_a_verdict_against_the_reference():
+    t = rp.Table("t", "T", [rp.Cell("c1")], [rp.Method("FedAvg"), rp.Method("Mine", added=True),
+                                             rp.Method("Low", added=True), rp.Method("Same", added=True)],
+                 tie=0.005, scale_factor=100.0)
+    vals = {"tables": {"t": {"source": "Table 9", "values": {"c1": {"FedAvg": [70, 1]}}}}}
+    ours = {("c1", "FedAvg"): [0.70], ("c1", "Mine"): [0.80, 0.82], ("c1", "Low"): [0.5], ("c1", "Same"): [0.703]}
+    md = rp.render_table(t, vals, ours, "hdr")
+    assert ("| c1 | Mine | not in the paper (added method) | 81 ± 1 (2) | — | ours above ref.; no paper value "
+            "(added method) |") in md
+    assert "| c1 | Low | not in the paper (added method) | 50 ± 0 (1) | — | ours below ref.;" in md
+    assert "| c1 | Same | not in the paper (added method) | 70.3 ± 0 (1) | — | ours tied with ref.;" in md
+    assert "Claims: 0 hold, 0 fail." in md  # no paper claim about an added method
+
+
+def test_cli_added_method_beside_the_papers_cached_and_render_only(tmp_path, capsys):
+    store = tmp_path / "store"
+    args = ["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
+            "--methods", "FedAvg", "--store-dir", str(store), "--add-method",
+            "MyProx=algorithm.name=fedprox,algorithm.mu=0.1"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert "| digits_k20_low | FedAvg | 66.83 |" in out.out
+    assert "| digits_k20_low | MyProx | not in the paper (added method) | " in out.out
+    assert "; no paper value (added method) |" in out.out
+    assert "Added methods (not in the paper, no paper value): MyProx (algorithm.name=fedprox algorithm.mu=0.1)." \
+        in out.out
+    assert "[2/2] table3_digits digits_k20_low" in out.err
+    _, runs = _runs(store)
+    kids = {r.data.tags["flplat.reproduce.method"]: r for r in runs if r.data.tags.get("mlflow.parentRunId")}
+    assert sorted(kids) == ["FedAvg", "MyProx"]
+    assert kids["MyProx"].data.params["algorithm.name"] == "fedprox" and kids["MyProx"].data.params["algorithm.mu"] \
+        == "0.1"
+    assert main([*args, "--render-only"]) == 0  # cached by config hash: nothing trains, the row is shown
+    out = capsys.readouterr()
+    assert "2 of 2 runs already finished, skipped" in out.err
+    assert "| digits_k20_low | MyProx | not in the paper (added method) | " in out.out
+    assert len(_runs(store)[1]) == 3  # the two runs and one parent
+
+
 def _runs(store):
     from mlflow.tracking import MlflowClient
 
@@ -271,6 +323,20 @@ def test_cli_analysis_table_smoke(tmp_path, capsys):
     (["dapfl", "table3_digits", "--jobs", "999"], "--jobs=999"),
     (["dapfl", "table3_digits", "--baseline-seeds", "0"], "--baseline-seeds=0; allowed: an integer >= 1"),
     (["dapfl", "table3_digits", "--set", "federation.rounds=0"], "federation.rounds"),
+    (["dapfl", "table3_digits", "--add-method", "My Algo=algorithm.name=fedavg"], "the row label 'My Algo' must be"),
+    (["dapfl", "table3_digits", "--add-method", "Mine=algorithm.mu"], "'algorithm.mu' is not key=value"),
+    (["dapfl", "table3_digits", "--add-method", "Mine=algorithm.mu=0.1"], "names no algorithm: give algorithm.name"),
+    (["dapfl", "table3_digits", "--add-method", "FedAvg=algorithm.name=fedprox"], "already has a method of that "
+     "name"),
+    (["dapfl", "table3_digits", "--add-method", "X=algorithm.name=nope"], "--add-method='X=algorithm.name=nope': "
+     "algorithm.name='nope' is not valid"),
+    (["dapfl", "table3_digits", "--add-method", "X=algorithm.name=fedprox,algorithm.mu=-1"], "algorithm.mu=-1.0 is "
+     "out of range"),
+    (["dapfl", "table3_digits", "--add-method", "X=algorithm.name=fedprox,seed=3"], "seed and tracking.* are the "
+     "grid's"),
+    (["dapfl", "table3_digits", "--add-method", "fedprox", "--add-method", "fedprox"], "'fedprox': table "
+     "table3_digits already has"),
+    (["cafa", "table2", "--add-method", "fedprox"], "train nothing (analysis tables)"),
 ])
 def test_cli_bad_input_exits_2_without_runs(tmp_path, capsys, args, msg):
     assert main(["reproduce", *args, "--store-dir", str(tmp_path)]) == 2

@@ -1,4 +1,5 @@
-"""Sharded execution: 2 CPU processes (gloo) give the same per-round metrics as 1 process, for every algorithm."""
+"""Sharded execution: 2 CPU processes (gloo) give the same per-round metrics as 1 process, for every algorithm (the
+``sharded`` property of ``flplat check``: FedAvg by default, every registered algorithm under ``-m slow``)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import ALGORITHM_OVERRIDES, REPO, tiny_overrides
+from conftest import REPO, tiny_overrides
 
 from flplat.algorithms import ALGORITHMS
 from flplat.engine.sharding import balance
 from flplat.experiment import load_config, run
+from flplat.studies.conformance import Target, check_sharded, compare_histories, run_sharded
 
 
 def test_balance_is_greedy_and_complete():
@@ -25,56 +27,34 @@ def test_balance_is_greedy_and_complete():
     assert balance([5], 3) == [[0], [], []]
 
 
-VECTORIZED = ["fedavg:vec", "fedprox:vec"]  # federation.vectorize=true with fabric.devices=2 (issue 15, item 5)
+def test_two_processes_match_one_for_fedavg_and_with_vectorized_clients():
+    """The `sharded` property of `flplat check` for FedAvg, and with ``federation.vectorize=true`` (each process
+    trains its shard of the round's clients as one stacked group) for FedAvg and FedProx against the per-client loop
+    in one process (the tolerance of tests/test_vectorized.py's whole-run comparison: float rounding); one launch."""
+    targets = {name: Target(name) for name in ("fedavg", "fedprox")}
+    specs = {"fedavg": targets["fedavg"].overrides_with(),
+             **{f"{n}:vec": t.overrides_with("federation.vectorize=true") for n, t in targets.items()}}
+    sharded = run_sharded(specs, devices=2)
+    r = check_sharded(targets["fedavg"], sharded=sharded["fedavg"])
+    assert r.ok, r.line()
+    for name, t in targets.items():
+        diff = compare_histories(sharded[f"{name}:vec"], t.reference().history, rel=1e-4, abs_=1e-6)
+        assert diff is None, (name, diff)
 
 
 @pytest.fixture(scope="module")
-def sharded_results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("shard") / "out.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    for k in ("LOCAL_RANK", "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "PYTEST_XDIST_WORKER"):
-        env.pop(k, None)
-    res = subprocess.run([sys.executable, str(REPO / "tests" / "sharded_runner.py"), str(out), "2",
-                          *sorted(ALGORITHMS), *VECTORIZED], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(out.read_text())
+def sharded_results():
+    from flplat.studies.conformance import run_sharded
+
+    return run_sharded({name: Target(name).overrides_with() for name in sorted(ALGORITHMS)}, devices=2)
 
 
-def _one_process(name):
-    """The reference: the tiny 3-round run of ``name`` in this process, one thread, the per-client loop."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cfg = load_config(None, tiny_overrides(**{"algorithm.name": name, "fabric.num_threads": 1,
-                                                  "federation.rounds": 3, **ALGORITHM_OVERRIDES.get(name, {})}))
-        return run(cfg, progress=False)[0]
-    finally:
-        torch.set_num_threads(threads)
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_two_processes_match_one(name, sharded_results):
-    single = _one_process(name)
-    sharded = sharded_results[name]
-    assert len(sharded) == len(single.history)
-    for a, b in zip(single.history, sharded):
-        a = {k: v for k, v in a.items() if k != "round_time_s"}
-        assert a.keys() == b.keys()
-        for k in a:
-            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), (name, k)
-
-
-@pytest.mark.parametrize("item", VECTORIZED)
-def test_two_processes_with_vectorized_clients_match_one_process_loop(item, sharded_results):
-    # each process trains its shard of the round's clients as one stacked group; the per-client loop in one
-    # process is the reference (the tolerance of tests/test_vectorized.py's whole-run comparison: float rounding)
-    single = _one_process(item.split(":")[0])
-    sharded = sharded_results[item]
-    assert len(sharded) == len(single.history)
-    for a, b in zip(single.history, sharded):
-        for k in a.keys() - {"round_time_s"}:
-            assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), (item, k)
+    """Registry-wide, the `sharded` property of `flplat check` (every algorithm in one 2-process launch)."""
+    r = check_sharded(Target(name), sharded=sharded_results[name])
+    assert r.ok, r.line()
 
 
 def test_mean_groups_opt_in_is_not_inherited_by_an_overridden_aggregate(tiny_cfg):

@@ -9,9 +9,8 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import ALGORITHM_OVERRIDES, tiny_overrides
+from conftest import tiny_overrides
 
-from flplat.algorithms import ALGORITHMS
 from flplat.algorithms.base import ClientPlan, LocalHook
 from flplat.algorithms.fedprox import ProximalTerm
 from flplat.engine.orchestrator import LocalExecutor
@@ -168,16 +167,8 @@ def test_functional_optimizer_is_torch_optim_and_freezes_finished_clients(name, 
     assert all(torch.equal(a, b) for a, b in zip(after, frozen))  # no update, no state change once finished
 
 
-def test_every_algorithm_plans_train_the_same_vectorised():
-    p = _prepare(**{"federation.local_epochs": 1, **ALGORITHM_OVERRIDES["cafa"]})  # every algorithm can run on it
-    loop, vec = LocalExecutor(p.trainer, p.data, 0), LocalExecutor(p.trainer, p.data, 0, vectorize=True)
-    for name in sorted(ALGORITHMS):
-        algo = ALGORITHMS[name]
-        # Flux-prior's default M = 0 (the partition's) needs planted distributions: give it M here
-        strategy = algo(algo.Config(num_clusters=2) if name == "flux_prior" else algo.Config(), p.strategy.info)
-        state = strategy.init_state(p.init_weights, np.random.default_rng(0), loop)
-        plans = [(k, strategy.plan(state, k)) for k in range(2)]
-        _assert_match(vec.train(plans, 1), loop.train(plans, 1))
+# every registered algorithm's plans trained vectorised against the per-client loop (or falling back with a logged
+# reason): the `vectorize` property of `flplat check`, run registry-wide by test_algorithms.py::test_conformance
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])

@@ -6,7 +6,8 @@ Bad input (unknown names, out-of-range values, missing files, unknown override k
 This module assembles the parser and dispatches (:func:`main`), and ends the process (:func:`entry`,
 :func:`exit_now`); each command family lives in its own module: :mod:`~flplat.cli.run` (run, --resume),
 :mod:`~flplat.cli.studies` (tune, sweep, reproduce), :mod:`~flplat.cli.data` (partition-stats, noniid-plot,
-list), :mod:`~flplat.cli.reports` (table, compare), :mod:`~flplat.cli.store` (ui, runs, evaluate). They import
+list), :mod:`~flplat.cli.reports` (table, compare), :mod:`~flplat.cli.store` (ui, runs, evaluate),
+:mod:`~flplat.cli.check` (check). They import
 only the standard library and :mod:`flplat.errors` at the top, so ``flplat --help`` stays light; each command
 imports what it needs when it runs.
 """
@@ -17,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from flplat.cli import data, reports, run, store, studies
+from flplat.cli import check, data, reports, run, store, studies
 from flplat.cli.data import cmd_list, cmd_noniid_plot, cmd_partition_stats
 from flplat.cli.reports import cmd_compare, cmd_table
 from flplat.cli.run import EPILOG_RUN, cmd_run
@@ -43,6 +44,7 @@ COMMANDS = {
     "compare": (reports.add_compare, cmd_compare),
     "evaluate": (store.add_evaluate, cmd_evaluate),
     "list": (data.add_list, cmd_list),
+    "check": (check.add_check, check.cmd_check),
 }
 
 

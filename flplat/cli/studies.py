@@ -44,7 +44,9 @@ def add_reproduce(sub) -> None:
                                     "resolved config are skipped, so an interrupted grid continues.",
                         epilog="examples:\n  flplat reproduce --list\n  flplat reproduce dapfl table3_digits "
                                "--scale smoke\n  flplat reproduce clust-psi-pfl table3 --scale reduced --seeds 0,1,2 "
-                               "--jobs 2 --cells similarity_0,dirichlet_0.3 --methods FedAvg,Clust-PSI-PFL",
+                               "--jobs 2 --cells similarity_0,dirichlet_0.3 --methods FedAvg,Clust-PSI-PFL\n"
+                               "  flplat reproduce dapfl table3_digits --scale smoke --add-method "
+                               "\"MyProx=algorithm.name=fedprox,algorithm.mu=0.1\"",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     rp.add_argument("paper", nargs="?", help="clust-psi-pfl | cafa | dapfl | flux | pqfed")
     rp.add_argument("tables", nargs="*", help="table ids (default: all of the paper's; see --list)")
@@ -59,6 +61,11 @@ def add_reproduce(sub) -> None:
     rp.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run (last)")
     rp.add_argument("--baseline-seeds", type=int, default=None, metavar="N",
                     help="methods other than the reference (FedAvg) and the paper's own run only the first N seeds")
+    rp.add_argument("--add-method", action="append", default=[], metavar='"NAME=key=value,..."',
+                    help="add your method as a row of every train table (repeatable): NAME is the row label, the "
+                         "overrides select it, e.g. \"MyAlgo=algorithm.name=myalgo,algorithm.mu=0.1\" (without "
+                         "algorithm.name, NAME must be a registered algorithm); same scale, seeds, cache and verdict "
+                         "against the reference as the paper's methods, no paper value")
     rp.add_argument("--render-only", action="store_true",
                     help="train nothing: render the tables from the runs already finished (the others: not run)")
     rp.add_argument("--results", default=None, metavar="MD",
@@ -107,6 +114,8 @@ def _reproduce_command(args) -> str:
         words += ["--jobs", str(args.jobs)]
     if args.baseline_seeds is not None:
         words += ["--baseline-seeds", str(args.baseline_seeds)]
+    for spec in args.add_method:
+        words += ["--add-method", spec]
     if args.set:
         words += ["--set", *args.set]
     return shlex.join(words)
@@ -132,5 +141,5 @@ def cmd_reproduce(args) -> int:
             raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
     print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells), args.jobs,
                     args.store_dir, args.set, args.out, args.results, _reproduce_command(args), args.baseline_seeds,
-                    args.render_only))
+                    args.render_only, args.add_method))
     return 0

@@ -9,7 +9,10 @@ are data, ``configs/papers/<paper>.yaml`` (see :func:`load_paper_values`). A tab
   change the result): re-running the command skips every run already FINISHED with the same hash, so an
   interrupted grid continues where it stopped (its interrupted run from its last checkpoint, in the same MLflow
   run: :func:`flplat.experiment.run_or_resume`), and two tables that share cells (Flux's known-association and
-  test-phase tables) share runs. ``--jobs N`` runs cells in N worker processes with one thread each.
+  test-phase tables) share runs. ``--add-method "NAME=key=value,..."`` adds a user's method (any registered
+  algorithm, plugins included, with its overrides; see :func:`parse_added_method`) as a row of every train table,
+  run at the same scale and seeds and cached the same way; it has no paper value, and its verdict says where it
+  stands against the table's reference. ``--jobs N`` runs cells in N worker processes with one thread each.
 * ``analysis``: no training (CBCC's IID detection, PQFed's EMD curve); a function of (cell, seed) that returns
   one number per row ("method"), logged on the parent run.
 
@@ -58,9 +61,11 @@ from flplat.studies.reproduction.grid import (
     Table,
     paper_module,
     paper_tables,
+    parse_added_method,
     plan,
     resolve_scale,
     select,
+    with_added,
 )
 from flplat.studies.reproduction.render import render_table, verdict
 from flplat.studies.reproduction.store import Store, compatible, run_params
@@ -75,8 +80,9 @@ from flplat.studies.reproduction.values import (
 __all__ = [
     "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Cell", "FigureContext", "Job", "Method", "Progress",
     "Store", "Table", "check_paper_values", "compatible", "config_key", "default_jobs", "listing",
-    "load_paper_values", "out_stem", "paper_module", "paper_tables", "paper_value", "plan", "plot_cells", "plot_curves",
-    "render_table", "reproduce", "resolve_scale", "run_grid", "run_params", "select", "verdict",
+    "load_paper_values", "out_stem", "paper_module", "paper_tables", "paper_value", "parse_added_method", "plan",
+    "plot_cells", "plot_curves", "render_table", "reproduce", "resolve_scale", "run_grid", "run_params", "select",
+    "verdict", "with_added",
 ]
 
 
@@ -84,12 +90,23 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
               methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, n_jobs: int = 1,
               store_dir: str = "mlruns", overrides: Sequence[str] = (), out_dir: str | None = None,
               results: str | None = None, command: str = "", baseline_seeds: int | None = None,
-              render_only: bool = False) -> str:
+              render_only: bool = False, added: Sequence[str] = ()) -> str:
     """Run (or continue) the paper's tables and return their markdown (also logged to each table's parent run and,
     with ``out_dir``, written there with the figures; with ``results``, each table's block in that document is
-    replaced, see :mod:`flplat.studies.results_doc`, with ``command`` as the line that made it)."""
+    replaced, see :mod:`flplat.studies.results_doc`, with ``command`` as the line that made it). ``added``: the
+    user's methods, ``"NAME=key=value,..."`` each (:func:`parse_added_method`), run beside the paper's in every
+    train table."""
     all_tables = paper_tables(paper)
     chosen = select(all_tables, list(tables), "tables", "id")
+    extra = [parse_added_method(a) for a in added]
+    if extra:
+        trains = [t for t in chosen if t.kind == "train"]
+        if not trains:
+            raise ConfigError(f"--add-method: {', '.join(t.id for t in chosen)} train nothing (analysis tables); "
+                              "allowed: a train table (see flplat reproduce --list)")
+        chosen = [with_added(t, extra) if t.kind == "train" else t for t in chosen]
+        if methods:
+            methods = [*methods, *(m.name for m in extra if m.name not in methods)]
     if n_jobs > default_jobs():
         raise ConfigError(f"--jobs={n_jobs} is more than the {default_jobs()} cores here; allowed: 1..{default_jobs()}")
     if n_jobs < 1:
@@ -110,7 +127,9 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
                                     baseline_seeds))
         else:
             select(t.cells, cells, "cells", "id")
-            select(t.methods, methods, "methods", "name")
+            select(t.methods, [m for m in methods or [] if m not in {e.name for e in extra}], "methods", "name")
+            if extra:
+                print(f"{t.id}: an analysis table (no training): the added methods are not in it", file=sys.stderr)
             plans[t.id] = (sd, None)
     store = Store(experiment, store_dir)
     texts = []
@@ -128,7 +147,8 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
             else:
                 ours, skips = _collect_analysis(t, sd, cells, scale, store, parent)
             header = _header(t, values, scale, note, sd, cells, baseline_seeds)
-            text = render_table(t, values, ours, header, cells, methods, skips)
+            sel = methods if t.kind == "train" else [m for m in methods or [] if m not in {e.name for e in extra}]
+            text = render_table(t, values, ours, header, cells, sel or None, skips)
             store.client.log_text(parent, text, f"reproduce/{t.id}.md")
             if t.figure and ours:
                 import tempfile
@@ -239,9 +259,11 @@ def _header(t: Table, values: dict, scale: str, note: str, sd: Sequence[int], ce
         seeds_note += (f" for {', '.join(full)}; {', '.join(map(str, sd[:baseline_seeds]))} for the other "
                        "methods (CPU time)")
     cell_notes = [f"{c.id}: {c.note}" for c in select(t.cells, cells, "cells", "id") if c.note]
+    added = [f"{m.name} ({' '.join(m.overrides)})" for m in t.methods if m.added]
     return (f"Paper: {src}. Scale `{scale}`: {note}. Seeds: {seeds_note}." +
             (f" The paper's dataset differs ({'; '.join(subs)}): only its claim is judged." if subs else "") +
-            (f" Per cell: {'; '.join(cell_notes)}." if cell_notes else ""))
+            (f" Per cell: {'; '.join(cell_notes)}." if cell_notes else "") +
+            (f" Added methods (not in the paper, no paper value): {'; '.join(added)}." if added else ""))
 
 
 def listing() -> str:

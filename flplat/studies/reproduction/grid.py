@@ -5,8 +5,9 @@ identified by the hash of its resolved config (:func:`flplat.config_io.config_ke
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ class Method:
     overrides: list[str] = field(default_factory=list)
     metric: str | None = None  # this row's run metric when it is not the table's (PQFed's IFCA: global_accuracy)
     config: str | None = None  # this row's ready config when it is not the cell's (PQFed's IFCA: the baseline one)
+    added: bool = False  # a user's method (``--add-method``): not in the paper, no paper value
 
 
 @dataclass
@@ -86,6 +88,59 @@ class Table:
     def all_seeds(self, method: str) -> bool:
         """Whether ``method`` runs every seed under ``--baseline-seeds`` (the reference and the focus methods)."""
         return method == self.reference or method in (self.focus or [self.methods[-1].name])
+
+
+ADDED_LABEL = re.compile(r"[A-Za-z0-9_.+\-]+")
+
+
+def parse_added_method(spec: str) -> Method:
+    """A user's method from ``--add-method "NAME=key=value,key=value,..."``: the row label NAME and its config
+    overrides, split at the commas that start a new ``key=`` (so ``model.hidden=[16,16]`` stays one value). The
+    algorithm is ``algorithm.name`` of the overrides; without one, NAME itself must be a registered algorithm
+    (``--add-method fedprox`` or ``"fedprox=algorithm.mu=0.1"``)."""
+    from flplat.algorithms import ALGORITHMS
+
+    label, _, rest = spec.partition("=")
+    label = label.strip()
+    if not ADDED_LABEL.fullmatch(label):
+        raise ConfigError(f"--add-method={spec!r}: the row label {label!r} must be letters, digits or _.+- ; "
+                          "allowed: NAME=key=value,... e.g. \"MyAlgo=algorithm.name=myalgo,algorithm.mu=0.1\"")
+    overrides = [o.strip() for o in re.split(r",(?=\s*[A-Za-z_][\w.]*=)", rest) if o.strip()] if rest.strip() else []
+    for o in overrides:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*=.*", o):
+            raise ConfigError(f"--add-method={spec!r}: {o!r} is not key=value; allowed: NAME=key=value,... e.g. "
+                              "\"MyAlgo=algorithm.name=myalgo,algorithm.mu=0.1\"")
+    keys = [o.split("=", 1)[0] for o in overrides]
+    if any(k.startswith("tracking.") or k == "seed" for k in keys):
+        raise ConfigError(f"--add-method={spec!r}: seed and tracking.* are the grid's (use --seeds / --store-dir); "
+                          "allowed: the method's own keys, e.g. algorithm.*")
+    if "algorithm.name" not in keys:
+        if label not in ALGORITHMS:
+            raise ConfigError(f"--add-method={spec!r} names no algorithm: give algorithm.name=ALGO (registered: "
+                              f"{', '.join(sorted(ALGORITHMS))}) or use a registered algorithm's name as NAME")
+        overrides.insert(0, f"algorithm.name={label}")
+    from flplat.configure import load_config
+
+    try:
+        load_config(None, overrides)  # an unknown algorithm or key, a bad value: said with the option's text
+    except ConfigError as e:
+        raise ConfigError(f"--add-method={spec!r}: {e}") from None
+    return Method(label, overrides, added=True)
+
+
+def with_added(table: Table, added: Sequence[Method]) -> Table:
+    """``table`` with the user's methods after the paper's; they keep every seed under ``--baseline-seeds`` (like
+    the paper's focus methods). A label that is already a method of the table is a ConfigError."""
+    if not added:
+        return table
+    names = [m.name for m in table.methods]
+    for m in added:
+        if m.name in names:
+            raise ConfigError(f"--add-method {m.name!r}: table {table.id} already has a method of that name; "
+                              f"allowed: another label than {', '.join(names)}")
+        names.append(m.name)
+    focus = [*(table.focus or [table.methods[-1].name]), *(m.name for m in added)]
+    return replace(table, methods=[*table.methods, *added], focus=focus)
 
 
 def paper_module(paper: str):

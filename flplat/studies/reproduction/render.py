@@ -1,8 +1,10 @@
 """The output of ``flplat reproduce`` per table: the verdict of one cell (:func:`verdict`: the paper's claim and
 its spread, see :mod:`flplat.studies.reproduce`) and the markdown table of paper | ours | difference | verdict
-(:func:`render_table`; a cell where the table's metric does not exist, ``Table.undefined``, is one row with
-the reason). A row with runs skipped for a reason (no run exists: e.g. an infeasible partition) says
-so in its verdict and points to a numbered note under the table that gives the reason per seed."""
+(:func:`render_table`; a user's method added with ``--add-method`` has no paper value and its verdict says where
+it stands against the table's reference, :func:`added_verdict`; a cell where the table's metric does not exist,
+``Table.undefined``, is one row with the reason). A row with runs skipped for a reason (no run exists: e.g. an
+infeasible partition) says so in its verdict and points to a numbered note under the table that gives the reason
+per seed."""
 
 from __future__ import annotations
 
@@ -47,6 +49,21 @@ def verdict(paper_mean: float | None, paper_std: float | None, ours: Sequence[fl
     return "; ".join(parts) if parts else "no paper value"
 
 
+def added_verdict(ours: Sequence[float], ours_ref: Sequence[float] | None, *, tie: float,
+                  higher_is_better: bool = True) -> str:
+    """The verdict of a user's method (``--add-method``): where it stands against the table's reference in our
+    runs, by the same tie rule as a paper's claim; the paper has no claim about it."""
+    if not ours:
+        return "not run"
+    if not ours_ref:
+        return "no paper value (added method)"
+    so = _sign(statistics.fmean(ours) - statistics.fmean(ours_ref), tie)
+    word = {1: "above", -1: "below", 0: "tied with"}
+    if not higher_is_better:
+        word = {1: "above (worse)", -1: "below (better)", 0: "tied with"}
+    return f"ours {word[so]} ref.; no paper value (added method)"
+
+
 def skip_note(skips: Sequence[tuple[int, str]]) -> str:
     """One note's text: the seeds skipped with their reason (seeds that share a reason together)."""
     by_reason: dict[str, list[int]] = {}
@@ -85,8 +102,12 @@ def render_table(table: Table, paper_vals: dict[str, Any], ours: dict[tuple[str,
                 diff = f"{mean - pm:+.3g}" if pm is not None and comparable else "—"
             else:
                 otext, diff = "—", "—"
-            v = verdict(pm, ps, vals, pref, ref_vals, is_reference=m.name == table.reference, tie=table.tie * f,
-                        higher_is_better=table.higher_is_better, comparable=comparable)
+            if getattr(m, "added", False):  # a user's method: no paper value, its place against the reference
+                ptext, diff = "not in the paper (added method)", "—"
+                v = added_verdict(vals, ref_vals, tie=table.tie * f, higher_is_better=table.higher_is_better)
+            else:
+                v = verdict(pm, ps, vals, pref, ref_vals, is_reference=m.name == table.reference,
+                            tie=table.tie * f, higher_is_better=table.higher_is_better, comparable=comparable)
             skips = (skipped or {}).get((c.id, m.name))
             if skips:
                 n = notes.setdefault(skip_note(skips), len(notes) + 1)
