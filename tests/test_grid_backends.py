@@ -35,11 +35,14 @@ def _children(store) -> list:
     return [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("mlflow.parentRunId")]
 
 
+def _stable(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics without the measured times and memory (they differ from run to run)."""
+    return {k: v for k, v in metrics.items() if not k.startswith(("system/", "cpu_time", "peak_rss")) and
+            "time" not in k}
+
+
 def _metrics(store) -> dict[str, dict[str, float]]:
-    return {r.data.tags["flplat.reproduce.method"]: {k: v for k, v in r.data.metrics.items()
-                                                      if not k.startswith(("system/", "cpu_time", "peak_rss",
-                                                                           "round_time", "eval_time", "train_time"))}
-            for r in _children(store)}
+    return {r.data.tags["flplat.reproduce.method"]: _stable(r.data.metrics) for r in _children(store)}
 
 
 # ---------------------------------------------------------------------------------------------- without Ray
@@ -162,6 +165,29 @@ def _kill_when_checkpointed(store: Path, killed: list, stop: threading.Event) ->
         time.sleep(0.02)
 
 
+def test_ray_backend_runs_tasks_with_their_resources_and_reports_a_runs_own_failure(ray_local, tiny_cfg):
+    """The fast variant: two runs as Ray tasks on the local instance give the metrics of the same runs in this
+    process; a run that fails for its own reasons (an infeasible partition) comes back as its exception (not
+    retried), the other run is unaffected."""
+    from flplat.experiment import run
+    from flplat.studies.reproduction import execute as ex
+    from flplat.studies.tuning import _sweep_run
+
+    ok = tiny_cfg(seed=3)
+    bad = tiny_cfg(**{"partition.min_samples": 500, "partition.max_retries": 1})
+    backend = ex.RayBackend()
+    assert backend.resources(ex.Task(_sweep_run, (), "x", devices=2)) == {"num_cpus": 2, "num_gpus": 0}
+    assert backend.resources(ex.Task(_sweep_run, (), "x", accelerator="cuda")) == {"num_cpus": 1, "num_gpus": 1}
+    with pytest.raises(ConfigError, match="--gpus-per-run=0.5 is less than the run's fabric.devices=2"):
+        ex.RayBackend(gpus_per_run=0.5).resources(ex.Task(_sweep_run, (), "x", devices=2, accelerator="cuda"))
+    with backend:
+        out = {t.label: (res, err) for t, res, err in backend.run([ex.Task(_sweep_run, (ok, False), "ok"),
+                                                                   ex.Task(_sweep_run, (bad, False), "bad")])}
+    assert out["ok"][1] is None and _stable(out["ok"][0][0]) == _stable(run(tiny_cfg(seed=3), progress=False)[0].metrics)
+    assert isinstance(out["bad"][1], ConfigError) and "infeasible" in str(out["bad"][1])
+
+
+@pytest.mark.slow  # about 2 min on the shared 2-core machine (a Ray instance, worker start-ups, the retry)
 def test_ray_grid_survives_a_killed_task_with_the_numbers_of_jobs_1(tmp_path, capsys, ray_local):
     """A smoke table through --backend ray on a local Ray instance (2 CPUs): one run's worker is SIGKILLed after its
     first checkpoint; Ray retries the task, which resumes that run from its checkpoint (in the same MLflow run); the
