@@ -89,10 +89,10 @@ def test_a_cluster_needs_a_shared_store_and_checkpoints(tmp_path, monkeypatch):
 def test_a_retried_task_takes_over_its_own_running_run(tmp_path, tiny_cfg):
     """A task whose worker died left its run RUNNING with a fresh heartbeat; the retry (same owner id) resumes it
     from its checkpoint at once; another owner (or none) leaves it alone as before."""
+    from flplat.config_io import config_key
     from flplat.engine import checkpoint  # noqa: F401  (the checkpoint format the resume reads)
     from flplat.experiment import run
     from flplat.tracking.resume import OWNER_TAG, claim_unfinished
-    from flplat.config_io import config_key
 
     cfg = tiny_cfg(**{"tracking.enabled": "true", "tracking.store_dir": str(tmp_path), "federation.rounds": 2,
                       "tracking.keep_checkpoint": "true", "tracking.experiment": "own"})
@@ -183,7 +183,8 @@ def test_ray_backend_runs_tasks_with_their_resources_and_reports_a_runs_own_fail
     with backend:
         out = {t.label: (res, err) for t, res, err in backend.run([ex.Task(_sweep_run, (ok, False), "ok"),
                                                                    ex.Task(_sweep_run, (bad, False), "bad")])}
-    assert out["ok"][1] is None and _stable(out["ok"][0][0]) == _stable(run(tiny_cfg(seed=3), progress=False)[0].metrics)
+    here = run(tiny_cfg(seed=3), progress=False)[0].metrics
+    assert out["ok"][1] is None and _stable(out["ok"][0][0]) == _stable(here)
     assert isinstance(out["bad"][1], ConfigError) and "infeasible" in str(out["bad"][1])
 
 

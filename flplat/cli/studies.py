@@ -18,7 +18,8 @@ def add_backend(p, jobs: bool = True) -> None:
     p.add_argument("--backend", default="local", choices=("local", "ray"),
                    help='local (this machine, --jobs) or ray: each run a Ray task (pip install -e ".[ray]")')
     p.add_argument("--address", default=None,
-                   help="--backend ray: a running Ray cluster (e.g. ray://HEAD:10001 or auto; default: a local instance)")
+                   help="--backend ray: a running Ray cluster (ray://HEAD:10001, HEAD:6379 or auto; default: a local "
+                        "instance)")
     p.add_argument("--gpus-per-run", type=float, default=None,
                    help="--backend ray: GPUs per run (default: the run's fabric.devices on a GPU, else 0)")
     p.add_argument("--cpus-per-run", type=float, default=None,

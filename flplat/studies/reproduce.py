@@ -82,9 +82,10 @@ from flplat.studies.reproduction.values import (
 )
 
 __all__ = [
-    "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Backend", "Cell", "LocalBackend", "RayBackend", "FigureContext", "Job", "Method", "Progress",
-    "Store", "Table", "check_paper_values", "compatible", "config_key", "default_jobs", "listing",
-    "job_commands", "load_paper_values", "make_backend", "out_stem", "paper_module", "paper_tables", "paper_value", "plan", "plot_cells", "plot_curves",
+    "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Backend", "Cell", "FigureContext", "Job", "LocalBackend",
+    "Method", "Progress", "RayBackend", "Store", "Table", "check_paper_values", "compatible", "config_key",
+    "default_jobs", "job_commands", "listing", "load_paper_values", "make_backend", "out_stem", "paper_module",
+    "paper_tables", "paper_value", "plan", "plot_cells", "plot_curves",
     "render_table", "reproduce", "resolve_scale", "run_grid", "run_params", "select", "verdict",
 ]
 

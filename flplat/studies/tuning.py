@@ -183,15 +183,20 @@ def _tune_worker(storage: str, name: str, space: dict[str, Any], seed: int, obje
                  threads: int | None = None) -> int:
     """One worker of a study (a process or a Ray task): ``n_trials`` trials on the shared storage; returns how many
     it ran."""
+    import warnings
+
     import optuna
 
     objective.threads = threads or objective.threads
     base = load_config(objective.config, objective.overrides)
-    study = optuna.load_study(study_name=name, storage=make_storage(storage, base.tracking),
-                              sampler=_sampler(space, seed))
-    before = len(study.trials)
-    study.optimize(objective, n_trials=n_trials)
-    return len(study.trials) - before
+    with warnings.catch_warnings():  # the storage's experimental / deprecated arguments: said once by the driver
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        study = optuna.load_study(study_name=name, storage=make_storage(storage, base.tracking),
+                                  sampler=_sampler(space, seed))
+    ran: list[int] = []
+    study.optimize(objective, n_trials=n_trials, callbacks=[lambda _study, trial: ran.append(trial.number)])
+    return len(ran)
 
 
 def check_shared_storage(storage: str, remote: bool) -> None:

@@ -107,7 +107,8 @@ def claim_unfinished(tracking_cfg, key: str, owner: str | None = None) -> tuple[
         if mine(r):
             _say(f"flplat: run {r.info.run_id} is an earlier attempt of this task ({owner}) whose worker died")
         path = checkpoint_path(tracking_cfg, r.info.run_id)
-        if resume is None and (interrupted(r) or mine(r)) and path.is_file():  # (not a diverged one: it would diverge again)
+        # (not a diverged one: it would diverge again)
+        if resume is None and (interrupted(r) or mine(r)) and path.is_file():
             try:
                 resume, resume_id = checkpoint.load(path), r.info.run_id
                 continue
