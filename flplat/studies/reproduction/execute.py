@@ -3,16 +3,16 @@
 :class:`RayBackend` (``--backend ray``: each run one Ray task with its resources, on a running cluster or a local
 instance). Both yield ``(task, result, error)`` as runs finish, so the grid loop of ``flplat reproduce``
 (:func:`run_grid`), the seeds of ``flplat sweep`` and the trial workers of ``flplat tune`` are written once. A run
-does the same thing in every backend: :func:`flplat.experiment.run_or_resume` (an interrupted run continues from
-its checkpoint); a job whose config fails while its run is prepared (e.g. an infeasible partition) is skipped with
-its reason; a run that fails for its own reasons (an exception) is reported in one line and the others go on (the command then exits 1; a re-run
-resumes it); one progress line per finished run (:class:`Progress`).
+does the same thing in every backend: :func:`flplat.experiment.run_or_resume` (an interrupted run continues from its
+checkpoint); a job whose config fails while its run is prepared (e.g. an infeasible partition) is skipped with its
+reason; a run that fails for its own reasons (an exception) is reported in one line and the others go on (the command
+then exits 1; a re-run resumes it); one progress line per finished run (:class:`Progress`).
 
 Ray: a task whose worker or node dies (killed, preempted, lost) is retried by Ray (``max_retries``, system failures
-only; ``retry_exceptions=False``: a run's own exception is not retried) and continues from the checkpoint its
-earlier attempt wrote: the attempt tags its MLflow run with the task's id (``flplat.owner``; the same id on every
-retry) and the retry takes over the RUNNING run of its own id at once instead of waiting for its heartbeat to go
-stale (:func:`flplat.tracking.resume.claim_unfinished`)."""
+only; ``retry_exceptions=False``: a run's own exception is not retried) and continues from the checkpoint its earlier
+attempt wrote: the attempt tags its MLflow run with the task's id (``flplat.owner``; the same id on every retry) and
+the retry takes over the RUNNING run of its own id at once instead of waiting for its heartbeat to go stale
+(:func:`flplat.tracking.resume.claim_unfinished`)."""
 
 from __future__ import annotations
 
