@@ -86,6 +86,18 @@ def test_a_cluster_needs_a_shared_store_and_checkpoints(tmp_path, monkeypatch):
     assert ex.is_local_uri("file:///x") and ex.is_local_uri("/x/mlruns") and not ex.is_local_uri("https://h")
 
 
+def test_a_clusters_optuna_storage_must_be_shared():
+    from flplat.studies.tuning import check_shared_storage
+
+    check_shared_storage("sqlite:///mlruns/optuna.db", remote=False)  # one machine: SQLite is fine
+    with pytest.raises(ConfigError, match="SQLite is a local file the nodes of a Ray cluster cannot share"):
+        check_shared_storage("sqlite:////shared/optuna.db", remote=True)
+    with pytest.raises(ConfigError, match="must be an absolute path"):
+        check_shared_storage("journal:study.log", remote=True)
+    check_shared_storage("journal:/shared/study.log", remote=True)
+    check_shared_storage("postgresql://db/optuna", remote=True)
+
+
 def test_a_retried_task_takes_over_its_own_running_run(tmp_path, tiny_cfg):
     """A task whose worker died left its run RUNNING with a fresh heartbeat; the retry (same owner id) resumes it
     from its checkpoint at once; another owner (or none) leaves it alone as before."""
