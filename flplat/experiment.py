@@ -340,11 +340,17 @@ def run_or_resume(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress:
             print("flplat: a sharded run of a study (several processes) is not resumed from checkpoints; it starts "
                   "from round 0", file=sys.stderr)
         return run(cfg, callbacks=callbacks, progress=progress)
+    from flplat.tracking.resume import OWNER_TAG
     from flplat.tracking.runs import REPLACES_TAG, claim_unfinished
 
     check_tracking(cfg.tracking)
-    data, replaced = claim_unfinished(cfg.tracking, config_key(cfg))
+    # set by a scheduler's task (flplat.studies.reproduction.execute: a Ray task's id): a retry after its worker died
+    # takes over the run its earlier attempt left RUNNING
+    owner = os.environ.get("FLPLAT_RUN_OWNER") or None
+    data, replaced = claim_unfinished(cfg.tracking, config_key(cfg), owner)
+    tags = {OWNER_TAG: owner} if owner else {}
     if data is not None:
-        return run(cfg, callbacks=callbacks, progress=progress, resume=data)
-    tags = {REPLACES_TAG: ",".join(replaced)} if replaced else None
-    return run(cfg, callbacks=callbacks, progress=progress, tags=tags)
+        return run(cfg, callbacks=callbacks, progress=progress, resume=data, tags=tags or None)
+    if replaced:
+        tags[REPLACES_TAG] = ",".join(replaced)
+    return run(cfg, callbacks=callbacks, progress=progress, tags=tags or None)

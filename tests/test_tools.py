@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -19,6 +20,9 @@ from conftest import REPO
     pytest.param("bench_e2e.py", ["--clients", "20", "--hidden", "16", "--rounds", "2", "--repeats", "1",
                                   "--sides", "ref1,flplat1,ref2,flplat2", "--threads", "1"], "e2e target",
                  marks=pytest.mark.slow),
+    pytest.param("bench_ray.py", ["--runs", "1"], "ratio Ray / local",
+                 marks=[pytest.mark.slow, pytest.mark.skipif(not importlib.util.find_spec("ray"),
+                                                             reason="Ray is not installed")]),
 ])
 def test_benchmark_scripts_run(script, args, expect):
     res = subprocess.run([sys.executable, str(REPO / "tools" / script), *args], cwd=REPO, capture_output=True,

@@ -9,6 +9,30 @@ import json
 from flplat.errors import ConfigError
 
 
+def add_backend(p, jobs: bool = True) -> None:
+    """Where a study's runs run: --jobs (local worker processes) or --backend ray (Ray tasks) with its resources."""
+    if jobs:
+        p.add_argument("--jobs", type=int, default=None,
+                       help="runs at once: local worker processes with one thread each (<= cores); with --backend ray "
+                            "the CPUs of the local Ray instance (default: the cores)")
+    p.add_argument("--backend", default="local", choices=("local", "ray"),
+                   help='local (this machine, --jobs) or ray: each run a Ray task (pip install -e ".[ray]")')
+    p.add_argument("--address", default=None,
+                   help="--backend ray: a running Ray cluster (ray://HEAD:10001, HEAD:6379 or auto; default: a local "
+                        "instance)")
+    p.add_argument("--gpus-per-run", type=float, default=None,
+                   help="--backend ray: GPUs per run (default: the run's fabric.devices on a GPU, else 0)")
+    p.add_argument("--cpus-per-run", type=float, default=None,
+                   help="--backend ray: CPUs per run (default: the run's fabric.devices on CPU, else 1)")
+
+
+def backend_of(args):
+    """The :class:`~flplat.studies.reproduction.execute.Backend` the options of ``args`` ask for."""
+    from flplat.studies.reproduction.execute import make_backend
+
+    return make_backend(args.backend, args.jobs, args.address, args.gpus_per_run, args.cpus_per_run)
+
+
 def add_tune(sub) -> None:
     t = sub.add_parser("tune", help="Optuna study over config keys (grid or free search), trials as nested MLflow runs",
                        description="Run or resume an Optuna study. The objective is the validation accuracy of the "
@@ -25,6 +49,7 @@ def add_tune(sub) -> None:
     t.add_argument("--n-trials", type=int, default=None,
                    help="trials to run now (default: the rest of the grid, or 20 for free search)")
     t.add_argument("--progress", action="store_true", help="show each trial's round progress")
+    add_backend(t)
 
 
 def add_sweep(sub) -> None:
@@ -34,6 +59,7 @@ def add_sweep(sub) -> None:
     w.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     w.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (default 0,1,2,3,4)")
     w.add_argument("--progress", action="store_true")
+    add_backend(w)
 
 
 def add_reproduce(sub) -> None:
@@ -55,7 +81,6 @@ def add_reproduce(sub) -> None:
     rp.add_argument("--seeds", default=None, help="comma-separated seeds (default: 0 at smoke, else the table's)")
     rp.add_argument("--methods", default=None, help="comma-separated method names of the table (default: all)")
     rp.add_argument("--cells", default=None, help="comma-separated cell ids of the table (default: all)")
-    rp.add_argument("--jobs", type=int, default=1, help="runs in parallel processes, one thread each (<= cores)")
     rp.add_argument("--store-dir", default="mlruns", help="MLflow store directory (default: mlruns)")
     rp.add_argument("--out", default=None, help="also write each table's markdown and figure into this directory")
     rp.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run (last)")
@@ -71,6 +96,10 @@ def add_reproduce(sub) -> None:
     rp.add_argument("--results", default=None, metavar="MD",
                     help="write each table into this markdown document (e.g. docs/results.md), replacing its block "
                          "there, with the command and the run time under it")
+    add_backend(rp)
+    rp.add_argument("--print-jobs", nargs="?", const="lines", default=None, choices=("lines", "array"),
+                    help="run nothing: print one command per unfinished run (e.g. for SLURM), or with 'array' a SLURM "
+                         "job array script running them; re-running prints only what is still unfinished")
 
 
 def cmd_tune(args) -> int:
@@ -79,7 +108,9 @@ def cmd_tune(args) -> int:
     if args.n_trials is not None and args.n_trials < 1:
         raise ConfigError(f"--n-trials={args.n_trials} is out of range; allowed: an integer >= 1 (or omit it)")
 
-    out = tune(args.config, args.overrides, args.space, args.storage, args.study_name, args.n_trials, args.progress)
+    backend = backend_of(args)
+    out = tune(args.config, args.overrides, args.space, args.storage, args.study_name, args.n_trials, args.progress,
+               backend)
     print(json.dumps(out, indent=2))
     return 0
 
@@ -93,7 +124,7 @@ def cmd_sweep(args) -> int:
         raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
     if not seeds:
         raise ConfigError(f"--seeds={args.seeds!r} names no seed; allowed: comma-separated integers, e.g. 0,1,2")
-    rows = sweep_seeds(args.config, args.overrides, seeds, args.progress)
+    rows = sweep_seeds(args.config, args.overrides, seeds, args.progress, backend_of(args))
     for r in rows:
         shown = [f"{k}={r[k]:.4f}" for k in ("global_accuracy", "ad", "sdad") if k in r]
         print(" ".join([f"seed={r['seed']}", *shown]))
@@ -110,7 +141,7 @@ def _reproduce_command(args) -> str:
         v = getattr(args, flag)
         if v and not (flag == "store_dir" and v == "mlruns"):
             words += [f"--{flag.replace('_', '-')}", str(v)]
-    if args.jobs != 1:
+    if args.jobs not in (None, 1):
         words += ["--jobs", str(args.jobs)]
     if args.baseline_seeds is not None:
         words += ["--baseline-seeds", str(args.baseline_seeds)]
@@ -139,7 +170,16 @@ def cmd_reproduce(args) -> int:
             seeds = [int(x) for x in names(args.seeds)]
         except ValueError:
             raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
-    print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells), args.jobs,
-                    args.store_dir, args.set, args.out, args.results, _reproduce_command(args), args.baseline_seeds,
-                    args.render_only, args.add_method))
+    if args.print_jobs:
+        from flplat.studies.reproduce import job_commands
+
+        print(job_commands(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells),
+                           args.store_dir, args.set, args.print_jobs, args.baseline_seeds, _reproduce_command(args),
+                           args.add_method))
+        return 0
+    backend = backend_of(args)  # (checks the flags of either backend)
+    backend = None if backend.name == "local" else backend
+    print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells),
+                    args.jobs or 1, args.store_dir, args.set, args.out, args.results, _reproduce_command(args),
+                    args.baseline_seeds, args.render_only, args.add_method, backend))
     return 0

@@ -48,7 +48,16 @@ from pathlib import Path
 from flplat.config_io import config_key  # the hash that identifies a run
 from flplat.data.splits import InfeasiblePartitionError
 from flplat.errors import ConfigError
-from flplat.studies.reproduction.execute import Progress, default_jobs, run_grid
+from flplat.studies.reproduction.execute import (
+    Backend,
+    LocalBackend,
+    Progress,
+    RayBackend,
+    default_jobs,
+    make_backend,
+    run_grid,
+    unfinished,
+)
 from flplat.studies.reproduction.figures import plot_cells, plot_curves
 from flplat.studies.reproduction.grid import (
     PAPERS,
@@ -78,11 +87,11 @@ from flplat.studies.reproduction.values import (
 )
 
 __all__ = [
-    "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Cell", "FigureContext", "Job", "Method", "Progress",
-    "Store", "Table", "check_paper_values", "compatible", "config_key", "default_jobs", "listing",
-    "load_paper_values", "out_stem", "paper_module", "paper_tables", "paper_value", "parse_added_method", "plan",
-    "plot_cells", "plot_curves", "render_table", "reproduce", "resolve_scale", "run_grid", "run_params", "select",
-    "verdict", "with_added",
+    "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Backend", "Cell", "FigureContext", "Job", "LocalBackend",
+    "Method", "Progress", "RayBackend", "Store", "Table", "check_paper_values", "compatible", "config_key",
+    "default_jobs", "job_commands", "listing", "load_paper_values", "make_backend", "out_stem", "paper_module",
+    "paper_tables", "paper_value", "parse_added_method", "plan", "plot_cells", "plot_curves", "render_table",
+    "reproduce", "resolve_scale", "run_grid", "run_params", "select", "verdict", "with_added",
 ]
 
 
@@ -90,12 +99,13 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
               methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, n_jobs: int = 1,
               store_dir: str = "mlruns", overrides: Sequence[str] = (), out_dir: str | None = None,
               results: str | None = None, command: str = "", baseline_seeds: int | None = None,
-              render_only: bool = False, added: Sequence[str] = ()) -> str:
+              render_only: bool = False, added: Sequence[str] = (), backend: Backend | None = None) -> str:
     """Run (or continue) the paper's tables and return their markdown (also logged to each table's parent run and,
     with ``out_dir``, written there with the figures; with ``results``, each table's block in that document is
     replaced, see :mod:`flplat.studies.results_doc`, with ``command`` as the line that made it). ``added``: the
     user's methods, ``"NAME=key=value,..."`` each (:func:`parse_added_method`), run beside the paper's in every
-    train table."""
+    train table. ``backend``: where the runs run (default: :class:`LocalBackend` with ``n_jobs``;
+    :class:`RayBackend`: Ray tasks)."""
     all_tables = paper_tables(paper)
     chosen = select(all_tables, list(tables), "tables", "id")
     extra = [parse_added_method(a) for a in added]
@@ -107,7 +117,7 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         chosen = [with_added(t, extra) if t.kind == "train" else t for t in chosen]
         if methods:
             methods = [*methods, *(m.name for m in extra if m.name not in methods)]
-    if n_jobs > default_jobs():
+    if backend is None and n_jobs > default_jobs():
         raise ConfigError(f"--jobs={n_jobs} is more than the {default_jobs()} cores here; allowed: 1..{default_jobs()}")
     if n_jobs < 1:
         raise ConfigError(f"--jobs={n_jobs}; allowed: 1..{default_jobs()}")
@@ -131,7 +141,20 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
             if extra:
                 print(f"{t.id}: an analysis table (no training): the added methods are not in it", file=sys.stderr)
             plans[t.id] = (sd, None)
+    backend = backend or LocalBackend(n_jobs)
+    first = next((jobs[0] for _, jobs in plans.values() if jobs), None)
+    if first is not None and not render_only:  # a cluster's workers must all see the store and the checkpoints
+        from flplat.experiment import load_config
+
+        backend.check_shared(load_config(first.config, list(first.overrides)).tracking)
     store = Store(experiment, store_dir)
+    with backend:
+        return _reproduce_tables(paper, chosen, plans, values, store, scale, cells, methods, baseline_seeds, backend,
+                                 render_only, out_dir, results, command, {e.name for e in extra})
+
+
+def _reproduce_tables(paper, chosen, plans, values, store, scale, cells, methods, baseline_seeds, backend,
+                      render_only, out_dir, results, command, added_names=frozenset()) -> str:
     texts = []
     for t in chosen:
         sd, jobs = plans[t.id]
@@ -142,12 +165,12 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         try:
             run_ids: dict[tuple[str, str], list[str]] = {}
             if t.kind == "train":
-                ours, run_ids, skips = _collect_train(paper, t, jobs, store, parent, n_jobs, render_only, out_dir,
+                ours, run_ids, skips = _collect_train(paper, t, jobs, store, parent, backend, render_only, out_dir,
                                                       out_stem(paper, t.id, scale))
             else:
                 ours, skips = _collect_analysis(t, sd, cells, scale, store, parent)
             header = _header(t, values, scale, note, sd, cells, baseline_seeds)
-            sel = methods if t.kind == "train" else [m for m in methods or [] if m not in {e.name for e in extra}]
+            sel = methods if t.kind == "train" else [m for m in methods or [] if m not in added_names]
             text = render_table(t, values, ours, header, cells, sel or None, skips)
             store.client.log_text(parent, text, f"reproduce/{t.id}.md")
             if t.figure and ours:
@@ -184,13 +207,67 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
     return "\n".join(texts)
 
 
+def job_commands(paper: str, tables: Sequence[str] = (), scale: str = "reduced", seeds: Sequence[int] | None = None,
+                 methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, store_dir: str = "mlruns",
+                 overrides: Sequence[str] = (), form: str = "lines", baseline_seeds: int | None = None,
+                 command: str = "", added: Sequence[str] = ()) -> str:
+    """``flplat reproduce ... --print-jobs``: one ``flplat reproduce`` command per run of the grid that no finished
+    run stands for yet (``form`` lines), or a SLURM job-array script that runs them (``form`` array). Each command
+    runs exactly that run (its table, ``--cells``, ``--methods``, ``--seeds``) into the same store, so the run
+    lands where the grid expects it (same config hash, nested under the table's parent, tagged); afterwards the
+    grid's own command (with ``--render-only``) renders the tables. Re-running prints only what is still
+    unfinished. A run two tables share is printed once. The tables' parent runs are created here (status
+    SCHEDULED), so that the array's tasks do not race to create them."""
+    import shlex
+
+    chosen = [t for t in select(paper_tables(paper), list(tables), "tables", "id") if t.kind == "train"]
+    extra = {m.name: spec for spec in added for m in [parse_added_method(spec)]}  # --add-method: label -> spec
+    if extra:
+        chosen = [with_added(t, [parse_added_method(a) for a in added]) for t in chosen]
+        if methods:
+            methods = [*methods, *(name for name in extra if name not in methods)]
+    experiment = f"reproduce-{paper}"
+    store = Store(experiment, store_dir)
+    lines, seen = [], set()
+    for t in chosen:
+        sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
+        jobs = plan(paper, t, scale, sd, methods, cells, overrides, experiment, store_dir, baseline_seeds)
+        todo, _, _ = unfinished(paper, jobs, store)
+        parent = store.parent(paper, t.id, scale)
+        store.client.set_terminated(parent, "SCHEDULED")
+        for j in todo:
+            if j.key in seen:
+                continue
+            seen.add(j.key)
+            words = ["flplat", "reproduce", paper, t.id, "--scale", scale, "--cells", j.cell, "--methods", j.method,
+                     "--seeds", str(j.seed), "--store-dir", store_dir]
+            if j.method in extra:
+                words += ["--add-method", extra[j.method]]
+            if overrides:
+                words += ["--set", *overrides]
+            lines.append(shlex.join(words))
+    if form == "lines":
+        return "\n".join(lines)
+    grid = command or f"flplat reproduce {paper} {' '.join(tables)} --scale {scale}".replace("  ", " ")
+    head = ["#!/bin/bash", f"#SBATCH --job-name=flplat-{paper}", f"#SBATCH --array=0-{max(len(lines) - 1, 0)}",
+            "#SBATCH --ntasks=1", "#SBATCH --cpus-per-task=1",
+            f"# {len(lines)} unfinished run(s) of: {grid}",
+            "# one array task each; afterwards render the tables with that command plus --render-only, and print",
+            "# this script again (--print-jobs array) for what is still unfinished.",
+            "set -euo pipefail"]
+    if not lines:
+        return "\n".join([*head[:1], f"# nothing to run: every run of `{grid}` is finished"])
+    return "\n".join([*head, "CMDS=(", *(shlex.quote(x) for x in lines), ")",
+                      'eval "${CMDS[$SLURM_ARRAY_TASK_ID]}"'])
+
+
 def out_stem(paper: str, table: str, scale: str) -> str:
     """File name (without suffix) of a table's records under ``--out``: ``<paper>_<table>`` at the default scale
     (reduced), ``<paper>_<table>_<scale>`` at another, so one directory holds a table at several scales."""
     return f"{paper}_{table}" if scale == "reduced" else f"{paper}_{table}_{scale}"
 
 
-def _collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: str, n_jobs: int, render_only: bool,
+def _collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: str, n_jobs, render_only: bool,
                    out_dir: str | None, stem: str):
     """Run (or find) a train table's jobs: our values and run ids per (cell, method), the skipped seeds with their
     reasons, and (``out_dir``) the raw per-run records behind the table as JSON lines."""

@@ -96,7 +96,9 @@ def make_storage(url: str, tracking_cfg=None):
     # a heartbeat per running trial: a worker killed with SIGKILL leaves its trial RUNNING; once its heartbeat is
     # stale (the same rule as the runs') Optuna marks it FAIL and the next worker retries its point
     interval, grace = optuna_heartbeat(tracking_cfg)
-    return optuna.storages.RDBStorage(url, heartbeat_interval=interval, grace_period=grace,
+    # several processes on one SQLite file (--jobs, a local Ray instance) wait for its lock instead of failing
+    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else None
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=interval, grace_period=grace,
                                       failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=3))
 
 
@@ -137,13 +139,92 @@ def _fmt(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def tune(config: str, overrides: list[str], space_path: str, storage: str, study_name: str | None,
-         n_trials: int | None, progress: bool = False) -> dict[str, Any]:
-    """Run (or resume) a study; returns the best params and value."""
+class _Objective:
+    """A trial: the config with the trial's values, run (or resumed) as a nested run; its objective value. A class,
+    not a closure, so that worker processes and Ray tasks can run trials of the same study."""
+
+    def __init__(self, config: str, overrides: list[str], space: dict[str, Any], name: str, parent: str | None,
+                 objective_key: str, progress: bool, threads: int | None = None):
+        self.config, self.overrides, self.space, self.name = config, overrides, space, name
+        self.parent, self.objective_key, self.progress, self.threads = parent, objective_key, progress, threads
+
+    def __call__(self, trial):
+        import optuna
+
+        from flplat.experiment import run_or_resume
+
+        study = trial.study
+        values = {k: _suggest(trial, k, spec) for k, spec in self.space.items()}
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if t.params == values:  # a concurrent grid worker already ran this point
+                return t.value
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if t.number != trial.number and t.params == values:  # another worker is training it right now
+                raise optuna.TrialPruned(f"point trained by trial {t.number}")
+        over = [*self.overrides, *(f"{k}={_fmt(v)}" for k, v in values.items()),
+                f"tracking.run_name={self.name}-trial{trial.number}"]
+        if self.threads:
+            over.append(f"fabric.num_threads={self.threads}")
+        if self.parent:
+            over.append(f"tracking.parent_run_id={self.parent}")
+        summary, run_id = run_or_resume(load_config(self.config, over), progress=self.progress)  # continues one
+        if run_id:  # interrupted before
+            trial.set_user_attr("mlflow_run_id", run_id)
+        return summary.metrics[self.objective_key]
+
+
+def _sampler(space: dict[str, Any], seed: int):
     import optuna
 
-    from flplat.experiment import run_or_resume
+    return optuna.samplers.GridSampler(space, seed=seed) if is_grid(space) else optuna.samplers.TPESampler(seed=seed)
 
+
+def _tune_worker(storage: str, name: str, space: dict[str, Any], seed: int, objective: _Objective, n_trials: int,
+                 threads: int | None = None) -> int:
+    """One worker of a study (a process or a Ray task): ``n_trials`` trials on the shared storage; returns how many
+    it ran."""
+    import warnings
+
+    import optuna
+
+    objective.threads = threads or objective.threads
+    base = load_config(objective.config, objective.overrides)
+    with warnings.catch_warnings():  # the storage's experimental / deprecated arguments: said once by the driver
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        study = optuna.load_study(study_name=name, storage=make_storage(storage, base.tracking),
+                                  sampler=_sampler(space, seed))
+    ran: list[int] = []
+    study.optimize(objective, n_trials=n_trials, callbacks=[lambda _study, trial: ran.append(trial.number)])
+    return len(ran)
+
+
+def check_shared_storage(storage: str, remote: bool) -> None:
+    """With a Ray cluster the study's storage must be one every node reaches: an RDB server (postgresql://,
+    mysql://) or Optuna's journal file on a shared filesystem (``journal:/abs/path``), not SQLite (a local file;
+    SQLite over a network filesystem is not safe for concurrent writers)."""
+    if not remote:
+        return
+    if storage.startswith("sqlite:"):
+        raise ConfigError(f"--storage={storage!r}: SQLite is a local file the nodes of a Ray cluster cannot share; "
+                          "allowed: an RDB server (postgresql://..., mysql://...) or journal:/shared/path/study.log "
+                          "(a journal file on a filesystem every node mounts)")
+    if storage.startswith("journal:") and not Path(storage[len("journal:"):]).is_absolute():
+        raise ConfigError(f"--storage={storage!r}: a journal file of a Ray cluster's study must be an absolute path on "
+                          "a filesystem every node mounts; allowed: journal:/shared/path/study.log or an RDB server")
+
+
+def tune(config: str, overrides: list[str], space_path: str, storage: str, study_name: str | None,
+         n_trials: int | None, progress: bool = False, backend=None) -> dict[str, Any]:
+    """Run (or resume) a study; returns the best params and value. ``backend``
+    (:mod:`flplat.studies.reproduction.execute`): default one worker in this process; ``--jobs N``: N worker
+    processes, ``--backend ray``: Ray tasks, each a worker running its share of the trials on the shared storage
+    (SQLite for workers on one machine; an RDB server or a journal file on a shared filesystem for a cluster)."""
+    import optuna
+
+    from flplat.studies.reproduction.execute import LocalBackend, Task
+
+    backend = backend or LocalBackend(1)
     base = load_config(config, overrides)  # validates the base config before anything is created
     algo = base.algorithm.name
     space = load_space(space_path, algo)
@@ -153,13 +234,13 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
                 load_config(config, [*overrides, f"{key}={_fmt(value)}"])
             except ConfigError as e:
                 raise ConfigError(f"search space {key}={_fmt(value)}: {e}") from None
+    backend.check_shared(base.tracking)
+    check_shared_storage(storage, getattr(backend, "remote", False))
     storage_obj = make_storage(storage, base.tracking)
     grid = is_grid(space)
     objective_key = "val_accuracy" if base.partition.val_fraction > 0 else "global_accuracy"
-    sampler = (optuna.samplers.GridSampler(space, seed=int(base.seed)) if grid
-               else optuna.samplers.TPESampler(seed=int(base.seed)))
     name = study_name or f"{base.tracking.experiment}-{algo}-{Path(space_path).stem}"
-    study = optuna.create_study(study_name=name, storage=storage_obj, sampler=sampler,
+    study = optuna.create_study(study_name=name, storage=storage_obj, sampler=_sampler(space, int(base.seed)),
                                 direction="maximize", load_if_exists=True)
     retried = retry_interrupted(study, space)
     if retried:
@@ -176,27 +257,25 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     if objective_key != "val_accuracy":
         print("flplat tune: partition.val_fraction is 0; optimising test accuracy (set a validation split)",
               file=sys.stderr)
+    objective = _Objective(config, list(overrides), space, name, parent, objective_key, progress)
 
-    def objective(trial):
-        values = {k: _suggest(trial, k, spec) for k, spec in space.items()}
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            if t.params == values:  # a concurrent grid worker already ran this point
-                return t.value
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            if t.number != trial.number and t.params == values:  # another worker is training it right now
-                raise optuna.TrialPruned(f"point trained by trial {t.number}")
-        over = [*overrides, *(f"{k}={_fmt(v)}" for k, v in values.items()),
-                f"tracking.run_name={name}-trial{trial.number}"]
-        if parent:
-            over.append(f"tracking.parent_run_id={parent}")
-        summary, run_id = run_or_resume(load_config(config, over), progress=progress)  # an interrupted run continues
-        if run_id:
-            trial.set_user_attr("mlflow_run_id", run_id)
-        return summary.metrics[objective_key]
-
-    with _ending(lambda status: parent and _finish_parent(base, parent, study, status)):
-        if n_trials > 0:
+    with _ending(lambda status: parent and _finish_parent(base, parent, study, status)), backend:
+        if n_trials > 0 and backend.name == "local" and backend.workers == 1:
             study.optimize(objective, n_trials=n_trials)
+        elif n_trials > 0:  # workers on the shared storage, each its share of the trials (another sampler seed)
+            objective.progress = False
+            n_workers = min(n_trials, backend.slots() if hasattr(backend, "slots") else backend.workers)
+            shares = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
+            devices = int(base.fabric.devices) if str(base.fabric.devices).isdigit() else 1
+            tasks = [Task(_tune_worker, (storage, name, space, int(base.seed) + i, objective, k),
+                          f"tune worker {i}", i, devices, str(base.fabric.accelerator)) for i, k in enumerate(shares)]
+            for task, res, err in backend.run(tasks):
+                if err is not None:
+                    backend.report(task, err)
+                else:
+                    print(f"flplat tune: {task.label} ran {res} trial(s)", file=sys.stderr, flush=True)
+            backend.raise_failures()
+    study = optuna.load_study(study_name=name, storage=storage_obj)  # what every worker added
     best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
     return {"study": name, "trials": len(study.trials), "best_params": best.params if best else None,
             "best_value": best.value if best else None, "objective": objective_key}
@@ -265,18 +344,37 @@ def _finish_parent(cfg, run_id: str, study, status: str) -> None:
         client.set_terminated(run_id, status)
 
 
-def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: bool = False) -> list[dict]:
+def _sweep_run(cfg, progress: bool, threads: int | None = None) -> tuple[dict[str, float], str | None, float]:
+    """One seed of a sweep (in this process, a worker process or a Ray task): its last round's metrics, run id and
+    seconds."""
+    import time
+
+    from flplat.experiment import run_or_resume
+
+    if threads:
+        cfg.fabric.num_threads = threads
+    t0 = time.perf_counter()
+    summary, run_id = run_or_resume(cfg, progress=progress)
+    return dict(summary.metrics), run_id, time.perf_counter() - t0
+
+
+def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: bool = False,
+                backend=None) -> list[dict]:
     """Run the same config for several seeds, nested under one parent run; returns each seed's last metrics.
 
     The same sweep run again after an interruption (Ctrl-C, SIGTERM, a kill: its parent is KILLED, FAILED or
     stale) continues it: the parent is re-opened, seeds whose run FINISHED are not trained again (their last
     round's metrics are read back from the store), an interrupted seed continues from its checkpoint in its run
-    (:func:`flplat.experiment.run_or_resume`), and the parent ends with the mean / std over every seed."""
+    (:func:`flplat.experiment.run_or_resume`), and the parent ends with the mean / std over every seed.
+    ``backend`` (:mod:`flplat.studies.reproduction.execute`): where the seeds run (default: one after the other in
+    this process; ``--jobs N``: worker processes; ``--backend ray``: Ray tasks), one progress line per seed."""
     from flplat.config_io import config_key
-    from flplat.experiment import run_or_resume
+    from flplat.studies.reproduction.execute import LocalBackend, Progress, Task
 
+    backend = backend or LocalBackend(1)
     base = load_config(config, overrides)
     cfgs = [load_config(config, [*overrides, f"seed={s}"]) for s in seeds]  # validate all before running
+    backend.check_shared(base.tracking)
     what = f"{config} {' '.join(overrides)}".strip()
     name = f"{run_name(flatten(base)).rsplit(' seed=', 1)[0]} seeds={','.join(map(str, seeds))}"
     desc = (f"Seed sweep of `{what}` over seeds {', '.join(map(str, seeds))}: one nested run per seed; mean and "
@@ -296,7 +394,8 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
                 client.log_metric(parent, f"{key}_std", statistics.pstdev(vals))
         client.set_terminated(parent, status)
 
-    with _ending(finish):
+    with _ending(finish), backend:
+        tasks = []
         for s, cfg in zip(seeds, cfgs):
             if parent:
                 cfg.tracking.parent_run_id = parent
@@ -306,8 +405,21 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
                           file=sys.stderr)
                     out.append({"seed": s, **done[1]})
                     continue
-            summary, _ = run_or_resume(cfg, progress=progress)
-            out.append({"seed": s, **summary.metrics})
+            devices = int(cfg.fabric.devices) if str(cfg.fabric.devices).isdigit() else 1
+            show = progress and backend.name == "local" and backend.workers == 1
+            tasks.append(Task(_sweep_run, (cfg, show), f"seed {s}", s, devices, str(cfg.fabric.accelerator)))
+        prog = Progress(len(seeds), len(seeds) - len(tasks))
+        for task, res, err in backend.run(tasks):
+            if err is not None:
+                backend.report(task, err)
+                prog.done += 1
+                continue
+            metrics, _, secs = res
+            out.append({"seed": task.item, **metrics})
+            if len(tasks) > 1:
+                prog.line(f"sweep {task.label}", secs, metrics.get("global_accuracy"))
+        out.sort(key=lambda o: seeds.index(o["seed"]))
+        backend.raise_failures()
     return out
 
 

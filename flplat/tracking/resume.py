@@ -13,6 +13,9 @@ CONFIG_KEY_TAG = "flplat.config_key"  # config_key(cfg) of the run (set when the
 STUDY_KEY_TAG = "flplat.study_key"  # on a sweep / tune parent: what defines the study (its command)
 SUPERSEDED_TAG = "flplat.superseded_by"  # an unfinished run another run replaced (resumed id, or why)
 REPLACES_TAG = "flplat.replaces"  # on the new run: the unfinished runs it replaced (no checkpoint to resume)
+# who runs it, when a scheduler retries the same task after its worker died (a Ray task's id, the same on every
+# retry: flplat.studies.reproduction.execute): a retry takes over its own RUNNING run without waiting for staleness
+OWNER_TAG = "flplat.owner"
 
 
 def _say(line: str) -> None:
@@ -68,7 +71,7 @@ def reopen_parent(client, experiment_id: str, study_key: str, what: str) -> str 
     return None
 
 
-def claim_unfinished(tracking_cfg, key: str) -> tuple[dict | None, list[str]]:
+def claim_unfinished(tracking_cfg, key: str, owner: str | None = None) -> tuple[dict | None, list[str]]:
     """What a study does with the earlier runs of one config (``key``: its config hash) in the experiment of
     ``tracking_cfg`` and under its ``parent_run_id`` (any parent when None):
 
@@ -77,7 +80,9 @@ def claim_unfinished(tracking_cfg, key: str) -> tuple[dict | None, list[str]]:
     * the other unfinished ones (interrupted, or FAILED by divergence) are marked (tag ``flplat.superseded_by``:
       the resumed run, or "a new run ..."); stale RUNNING ones end KILLED (tag ``flplat.stale``); with no
       checkpoint to resume, returns their ids (the new run tags them as ``flplat.replaces``);
-    * RUNNING runs with a live heartbeat are left alone (another process trains them, or a kill was moments ago).
+    * RUNNING runs with a live heartbeat are left alone (another process trains them, or a kill was moments ago),
+      except those whose ``flplat.owner`` tag is ``owner``: an earlier attempt of this very task, whose worker died
+      (a retried Ray task), which count as interrupted.
 
     Every decision is said in one line on stderr."""
     from flplat.engine import checkpoint
@@ -89,14 +94,21 @@ def claim_unfinished(tracking_cfg, key: str) -> tuple[dict | None, list[str]]:
         return None, []
     runs = runs_by_key(client, exp.experiment_id, CONFIG_KEY_TAG, key, tracking_cfg.parent_run_id)
     resume, resume_id, others = None, None, []
+
+    def mine(r) -> bool:  # an earlier attempt of this task (its worker died): interrupted, however fresh its beat
+        return bool(owner) and r.info.status == "RUNNING" and r.data.tags.get(OWNER_TAG) == owner
+
     for r in runs:
         if SUPERSEDED_TAG in r.data.tags or r.info.status not in ("KILLED", "FAILED", "RUNNING"):
             continue
-        if r.info.status == "RUNNING" and not is_stale(r):
+        if r.info.status == "RUNNING" and not is_stale(r) and not mine(r):
             _say(alive_note(r, "run"))
             continue
+        if mine(r):
+            _say(f"flplat: run {r.info.run_id} is an earlier attempt of this task ({owner}) whose worker died")
         path = checkpoint_path(tracking_cfg, r.info.run_id)
-        if resume is None and interrupted(r) and path.is_file():  # (not a diverged one: it would diverge again)
+        # (not a diverged one: it would diverge again)
+        if resume is None and (interrupted(r) or mine(r)) and path.is_file():
             try:
                 resume, resume_id = checkpoint.load(path), r.info.run_id
                 continue
@@ -112,8 +124,9 @@ def claim_unfinished(tracking_cfg, key: str) -> tuple[dict | None, list[str]]:
             _say(f"flplat: older interrupted run {r.info.run_id} of this config is tagged {SUPERSEDED_TAG}="
                  f"{resume_id}")
         else:
-            state = "was left RUNNING (stale)" if r.info.status == "RUNNING" else f"ended {r.info.status}"
-            why_not = "diverged" if not interrupted(r) else "without a checkpoint to resume"
+            state = ("was left RUNNING" + ("" if mine(r) else " (stale)") if r.info.status == "RUNNING"
+                     else f"ended {r.info.status}")
+            why_not = "diverged" if not (interrupted(r) or mine(r)) else "without a checkpoint to resume"
             _say(f"flplat: run {r.info.run_id} of this config {state} {why_not}: a new run starts from round 0 (the "
                  f"old one is tagged {SUPERSEDED_TAG})")
         client.set_tag(r.info.run_id, SUPERSEDED_TAG, why)

@@ -45,6 +45,7 @@ from flplat.tracking.heartbeat import (  # noqa: F401  (re-exported)
 from flplat.tracking.meta import ResourceMeter, ensure_experiment, run_name, run_tags
 from flplat.tracking.resume import (  # noqa: F401  (re-exported)
     CONFIG_KEY_TAG,
+    OWNER_TAG,
     REPLACES_TAG,
     STUDY_KEY_TAG,
     SUPERSEDED_TAG,
@@ -165,6 +166,8 @@ class MlflowCallback(Callback):
         n = int(self.client.get_run(self.run_id).data.tags.get("flplat.resumed", "0"))
         self.client.set_tag(self.run_id, "flplat.resumed", str(n + 1))
         self.client.set_tag(self.run_id, f"flplat.resumed_{n + 1}_at_round", str(orch.start_round - 1))
+        if OWNER_TAG in self.extra_tags:  # who runs it now (a retried task finds it by this)
+            self.client.set_tag(self.run_id, OWNER_TAG, self.extra_tags[OWNER_TAG])
 
     def _create(self, orch: Orchestrator) -> None:
         from mlflow.entities import Metric, Param

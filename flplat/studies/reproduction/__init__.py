@@ -5,6 +5,7 @@
 * :mod:`.values` -- the numbers the papers report (``configs/papers/<paper>.yaml``) and their check;
 * :mod:`.store` -- the MLflow side: finished runs by config hash, runs of an earlier flplat that stand for a job,
   the parent run per table, the reasons runs were skipped;
-* :mod:`.execute` -- running the jobs not finished yet (in this process or worker processes) with a progress line;
+* :mod:`.execute` -- running the jobs not finished yet through a backend (this process, worker processes or Ray
+  tasks) with a progress line;
 * :mod:`.render` -- the verdicts and the markdown table; :mod:`.figures` -- the bar and curve charts of the tables.
 """
