@@ -253,6 +253,8 @@ def test_federation_metrics_equal_fedartml() -> None:
 def test_federation_jsd_of_identical_clients_is_zero_where_fedartml_rounds() -> None:
     # clients with one and the same pmf: the divergence is 0; FedArtML's float path can leave +-1e-17 under its
     # square root (1e-8.5, or NaN for a negative); ours is exactly 0
+    same = np.array([[13, 18, 10, 12, 19, 14]] * 19)  # H(mean) - mean H rounds to -8.9e-16 here
+    assert federation_jsd(same) == 0.0
     fb = _fedartml_function_base()
     counts = np.array([[0, 0, 12, 0, 0, 0]] * 26)
     ref = fb.jensen_shannon_distance(list(label_distribution(counts)))
