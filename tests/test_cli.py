@@ -43,7 +43,7 @@ def test_quickstart_end_to_end(tmp_path):
     run = runs[0]
     assert run.info.status == "FINISHED"
     assert run.data.params["algorithm.name"] == "fedavg" and run.data.params["partition.alpha"] == "0.3"
-    for key in ("wpsi", "hellinger", "jsd", "emd"):
+    for key in ("wpsi", "hellinger", "jsd", "emd", "hellinger_to_global", "jsd_to_global", "emd_to_global"):
         assert key in run.data.metrics
     hist = client.get_metric_history(run.info.run_id, "global_accuracy")
     assert [m.step for m in hist] == list(range(1, 21))
@@ -113,7 +113,9 @@ def test_partition_stats_json(tmp_path):
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["num_clients"] == 10 and len(out["clients"]) == 10
-    assert set(out["summary"]) == {"wpsi", "hellinger", "jsd", "emd"}
+    assert set(out["summary"]) == {"wpsi", "hellinger", "jsd", "emd", "hellinger_to_global", "jsd_to_global",
+                                   "emd_to_global"}
+    assert {"psi", "hellinger_to_global"} <= set(out["clients"][0])
     sizes = {c["num_samples"] for c in out["clients"]}
     assert len(sizes) == 1  # Similarity gives equal client sizes
     # S = 0: labels sorted and dealt -> each client holds at most 2 classes

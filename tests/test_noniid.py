@@ -1,4 +1,6 @@
-"""Hand-computed checks of the non-IID quantifiers (Clust-PSI-PFL Eqs. 1-3, Hellinger, JSD, EMD)."""
+"""Hand-computed checks of the non-IID quantifiers (Clust-PSI-PFL Eqs. 1-3; Hellinger, JSD, EMD both as FedArtML's
+multi-client definitions, the paper's [14], and as client-to-global distances), pinned against FedArtML itself when
+it is installed (``pip install 'flplat[fedartml]'``)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ from scipy.spatial.distance import jensenshannon
 from flplat.metrics.noniid import (
     client_metrics,
     client_psi,
+    current_metrics,
     emd,
+    federation_emd,
+    federation_hellinger,
+    federation_jsd,
     global_distribution,
     hellinger,
     jensen_shannon,
@@ -139,22 +145,129 @@ def test_emd_closed_form_equals_pots_exact_solver(ground: str) -> None:
 def test_identical_distributions_give_zero() -> None:
     counts = np.array([[5, 3, 2], [10, 6, 4], [15, 9, 6]])
     summary = noniid_summary(counts)
-    for key in ("wpsi", "hellinger", "jsd", "emd"):
-        assert summary[key] == pytest.approx(0.0, abs=1e-7), key
+    assert set(summary) == {"wpsi", "hellinger", "jsd", "emd", "hellinger_to_global", "jsd_to_global",
+                            "emd_to_global"}
+    for key, value in summary.items():
+        assert value == pytest.approx(0.0, abs=1e-7), key
+    assert summary["jsd"] == 0.0  # a divergence rounded below 0 is 0, not sqrt(-1e-17) = NaN
     per = client_metrics(counts, ground="index")
+    assert set(per) == {"psi", "hellinger_to_global", "jsd_to_global", "emd_to_global"}
     for key, arr in per.items():
         assert arr.shape == (3,)
         np.testing.assert_allclose(arr, 0.0, atol=1e-7, err_msg=key)
 
 
-def test_summary_is_sample_weighted() -> None:
+def test_summary_to_global_is_sample_weighted() -> None:
     counts = np.array([[3, 1], [1, 3], [8, 8], [0, 0]])
     per = client_metrics(counts)
-    assert np.isnan(per["hellinger"][3]) and np.isnan(per["emd"][3])
+    assert np.isnan(per["hellinger_to_global"][3]) and np.isnan(per["emd_to_global"][3])
     w = np.array([4, 4, 16]) / 24
     summary = noniid_summary(counts)
     assert summary["wpsi"] == pytest.approx(wpsi(counts))
-    for key, name in (("hellinger", "hellinger"), ("jsd", "jsd"), ("emd", "emd")):
-        assert summary[key] == pytest.approx(float(np.sum(w * per[name][:3])))
-    # client A: p = (0.75, 0.25) vs (0.5, 0.5): TV = 0.25, so EMD summary = (4+4)/24 * 0.25
-    assert summary["emd"] == pytest.approx(8 / 24 * 0.25)
+    for key in ("hellinger_to_global", "jsd_to_global", "emd_to_global"):
+        assert summary[key] == pytest.approx(float(np.sum(w * per[key][:3])))
+    # client A: p = (0.75, 0.25) vs (0.5, 0.5): TV = 0.25, so the EMD to the global pmf = (4+4)/24 * 0.25
+    assert summary["emd_to_global"] == pytest.approx(8 / 24 * 0.25)
+
+
+# A 3x3 matrix, by hand. Client pmfs p1 = (1, 0, 0), p2 = (0, 1, 0), p3 = (1/2, 1/2, 0) (sizes 4, 2, 6 play no part:
+# FedArtML's definitions are unweighted).
+# HD:  ½||√p1-√p2||² = 1; ½||√p1-√p3||² = ½((1-1/√2)² + ½) = 1 - √2/2, the same for (p2, p3);
+#      the mean over the 3 pairs = (1 + 2 - √2) / 3 = 1 - √2/3, HD = sqrt(1 - √2/3) = 0.727046...
+# JSD: mean pmf (1/2, 1/2, 0), entropy 1 bit; entropies 0, 0, 1, mean 1/3; JS = 2/3 bits; K = 3 > 2 so divided by
+#      log2 3: JSD = sqrt(2 / (3 log2 3)) = 0.648552...
+# EMD: the sorted pmfs are (0,0,1), (0,0,1), (0,1/2,1/2); wasserstein (mean |sorted difference|) 0, 1/3, 1/3; mean
+#      2/9, EMD = sqrt(2/9) = √2/3 = 0.471405... (p1 and p2 hold different classes yet are at distance 0)
+HAND = np.array([[4, 0, 0], [0, 2, 0], [3, 3, 0]])
+
+
+def test_fedartml_definitions_by_hand_on_3x3() -> None:
+    assert federation_hellinger(HAND) == pytest.approx(math.sqrt(1 - math.sqrt(2) / 3), abs=1e-12)
+    assert federation_hellinger(HAND) == pytest.approx(0.727046, abs=1e-6)
+    assert federation_jsd(HAND) == pytest.approx(math.sqrt(2 / (3 * math.log2(3))), abs=1e-12)
+    assert federation_jsd(HAND) == pytest.approx(0.648552, abs=1e-6)
+    assert federation_emd(HAND) == pytest.approx(math.sqrt(2) / 3, abs=1e-12)
+    # label-blind: two one-class clients of different classes are at EMD 0, but at HD = JSD = 1
+    two = np.array([[5, 0, 0], [0, 7, 0]])
+    assert federation_emd(two) == 0.0
+    assert federation_hellinger(two) == pytest.approx(1.0) and federation_jsd(two) == pytest.approx(1.0)
+    # the run-level names are these definitions; the client-to-global means keep their own names
+    s = noniid_summary(HAND)
+    assert (s["hellinger"], s["jsd"], s["emd"]) == (federation_hellinger(HAND), federation_jsd(HAND),
+                                                    federation_emd(HAND))
+    assert s["hellinger_to_global"] != pytest.approx(s["hellinger"])
+    # an empty client has no pmf and is left out; one client has no pair (0)
+    assert federation_hellinger(np.vstack([HAND, [0, 0, 0]])) == pytest.approx(federation_hellinger(HAND))
+    assert federation_emd(np.vstack([HAND, [0, 0, 0]])) == pytest.approx(federation_emd(HAND))
+    assert federation_jsd(np.vstack([HAND, [0, 0, 0]])) == pytest.approx(federation_jsd(HAND))
+    assert federation_hellinger([[3, 1, 0]]) == federation_jsd([[3, 1, 0]]) == federation_emd([[3, 1, 0]]) == 0.0
+
+
+def test_federation_emd_is_scipys_wasserstein_of_the_pmf_values() -> None:
+    from scipy.stats import wasserstein_distance
+
+    rng = np.random.default_rng(1)
+    counts = rng.multinomial(200, rng.dirichlet(np.full(6, 0.5)), size=9)
+    p = label_distribution(counts)
+    pairs = [wasserstein_distance(p[i], p[j]) for i in range(9) for j in range(i + 1, 9)]
+    assert federation_emd(counts) == pytest.approx(math.sqrt(np.mean(pairs)), abs=1e-12)
+
+
+def _fedartml_function_base():
+    """``fedartml.function_base`` without running the package's ``__init__`` (which imports its interactive plots
+    and with them ipywidgets); skips when FedArtML is not installed."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("fedartml")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("FedArtML is not installed (pip install 'flplat[fedartml]')")
+    pytest.importorskip("pandas")  # function_base imports it
+    path = Path(list(spec.submodule_search_locations)[0]) / "function_base.py"
+    mod_spec = importlib.util.spec_from_file_location("_fedartml_function_base", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return mod
+
+
+def _random_counts(rng: np.random.Generator, k: int, c: int, alpha: float) -> np.ndarray:
+    counts = rng.multinomial(int(rng.integers(50, 400)), rng.dirichlet(np.full(c, alpha)), size=k)
+    return counts[counts.sum(axis=1) > 0]
+
+
+def test_federation_metrics_equal_fedartml() -> None:
+    fb = _fedartml_function_base()
+    rng = np.random.default_rng(2026)
+    mats = [HAND, np.array([[5, 0, 0], [0, 7, 0]]), np.array([[3, 1], [1, 3], [8, 8]]),
+            np.array([[10, 0, 0, 0], [0, 10, 0, 0], [0, 0, 10, 0], [0, 0, 0, 10], [1, 1, 1, 1]]),
+            np.array([[7, 1, 0, 2, 9], [0, 0, 13, 1, 1]])]
+    mats += [_random_counts(rng, int(rng.integers(2, 60)), int(rng.integers(2, 15)), float(a))
+             for a in rng.choice([0.1, 0.5, 1.0, 10.0, 1000.0], size=60)]
+    for counts in mats:
+        p = label_distribution(counts)  # FedArtML's input: one pmf per client
+        assert federation_hellinger(counts) == pytest.approx(fb.hellinger_distance(p), abs=1e-12)
+        assert federation_jsd(counts) == pytest.approx(fb.jensen_shannon_distance(list(p)), abs=1e-12)
+        assert federation_emd(counts) == pytest.approx(fb.earth_movers_distance(p), abs=1e-12)
+
+
+def test_federation_jsd_of_identical_clients_is_zero_where_fedartml_rounds() -> None:
+    # clients with one and the same pmf: the divergence is 0; FedArtML's float path can leave +-1e-17 under its
+    # square root (1e-8.5, or NaN for a negative); ours is exactly 0
+    same = np.array([[13, 18, 10, 12, 19, 14]] * 19)  # H(mean) - mean H rounds to -8.9e-16 here
+    assert federation_jsd(same) == 0.0
+    fb = _fedartml_function_base()
+    counts = np.array([[0, 0, 12, 0, 0, 0]] * 26)
+    ref = fb.jensen_shannon_distance(list(label_distribution(counts)))
+    assert federation_jsd(counts) == 0.0
+    assert np.isnan(ref) or ref < 1e-7
+
+
+def test_runs_logged_before_the_fedartml_definitions_keep_no_value_under_the_new_names() -> None:
+    old = {"wpsi": 2.0, "hellinger": 0.4, "jsd": 0.5, "emd": 0.45, "global_accuracy": 0.8}
+    now = current_metrics(old)
+    assert now == {"wpsi": 2.0, "hellinger_to_global": 0.4, "jsd_to_global": 0.5, "emd_to_global": 0.45,
+                   "global_accuracy": 0.8}
+    new = {"wpsi": 2.0, "hellinger": 0.7, "jsd": 0.4, "emd": 0.2, "hellinger_to_global": 0.4, "jsd_to_global": 0.5,
+           "emd_to_global": 0.45}
+    assert current_metrics(new) == new
+    assert current_metrics({"global_accuracy": 0.8}) == {"global_accuracy": 0.8}

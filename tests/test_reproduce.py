@@ -598,3 +598,29 @@ def test_flux_true_m_row_runs_every_seed_like_flux():
     seeds = {m: sorted(j.seed for j in jobs if j.method == m) for m in ("Flux", "true M", "IFCA")}
     assert seeds == {"Flux": [0, 1, 2], "true M": [0, 1, 2], "IFCA": [0]}
     assert {j.key for j in jobs if j.method == "true M"} == {j.key for j in jobs if j.method == "Flux"}
+
+
+def test_a_run_logged_before_the_fedartml_metrics_gives_no_old_value_under_the_new_names(tmp_path):
+    """A finished run stored before ``hellinger``, ``jsd``, ``emd`` became FedArtML's multi-client definitions (its
+    three values are client-to-global means) is read back with them as ``*_to_global``, by the reproduction store
+    and by the report tables; a run of today is read back as logged."""
+    from flplat.tracking.reports import collect_runs
+
+    store = rp.Store("reproduce-x", str(tmp_path))
+    old = {"wpsi": 2.0, "hellinger": 0.4, "jsd": 0.5, "emd": 0.45, "global_accuracy": 0.8}
+    new = {**old, "hellinger": 0.7, "hellinger_to_global": 0.4, "jsd_to_global": 0.5, "emd_to_global": 0.45}
+    for key, metrics in (("old", old), ("new", new)):
+        run = store.client.create_run(store.exp_id, tags={"flplat.reproduce.paper": "x", "flplat.reproduce.key": key})
+        store.client.log_param(run.info.run_id, "algorithm.name", "fedavg")
+        for k, v in metrics.items():
+            store.client.log_metric(run.info.run_id, k, v)
+        store.client.set_terminated(run.info.run_id, "FINISHED")
+    done = store.finished("x")
+    assert done["old"][1] == {"wpsi": 2.0, "hellinger_to_global": 0.4, "jsd_to_global": 0.5, "emd_to_global": 0.45,
+                              "global_accuracy": 0.8}
+    assert done["new"][1] == new
+    from flplat.tracking.runs import store_uris
+
+    rows = collect_runs("reproduce-x", store_uris(None, str(tmp_path))[0])
+    assert sorted(r["metrics"].get("hellinger", -1) for r in rows) == [-1, 0.7]
+    assert all(r["metrics"]["hellinger_to_global"] == 0.4 for r in rows)

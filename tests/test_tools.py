@@ -39,3 +39,19 @@ def test_dapfl_reproduction_gives_ifca_the_papers_number_of_clusters():
     assert "algorithm.num_clusters={k}" in ifca.overrides
     ks = {c.id: c.params["k"] for c in dapfl._cells("digits")}
     assert ks == {"digits_k20_low": 3, "digits_k20_high": 3, "digits_k100_low": 7, "digits_k100_high": 7}
+
+
+def test_flplat_dirichlet_deals_fedartmls_partition_from_fedartmls_random_stream():
+    """tools/compare_fedartml_partitions.py: fed FedArtML's own random stream, flplat's Dirichlet partition is
+    FedArtML's ``dirichlet_method`` draw for draw (dealing and redraw rule: at α = 0.1 seeds 0 and 1 redraw 4 and 2
+    times); skips without FedArtML."""
+    import importlib.util
+
+    if importlib.util.find_spec("fedartml") is None:
+        pytest.skip("FedArtML is not installed (pip install 'flplat[fedartml]')")
+    res = subprocess.run([sys.executable, str(REPO / "tools" / "compare_fedartml_partitions.py"), "--dataset",
+                          "digits", "--clients", "20", "--seeds", "3", "--alphas", "0.1", "--s-values", "0"],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "flplat's dirichlet(): 3 of 3 partitions identical" in res.stdout
+    assert "| WPSI |" in res.stdout and "Similarity S=0 vs percent_noniid 100%" in res.stdout

@@ -35,8 +35,12 @@ def _setting_order(s: str) -> tuple:
 
 
 def collect_runs(experiment: str, uri: str) -> list[dict[str, Any]]:
-    """Final metrics and params of every FINISHED, non-parent run of an experiment."""
+    """Final metrics and params of every FINISHED, non-parent run of an experiment (the partition metrics of a run
+    logged before FedArtML's definitions under their ``*_to_global`` names:
+    :func:`~flplat.metrics.noniid.current_metrics`)."""
     from mlflow.tracking import MlflowClient
+
+    from flplat.metrics.noniid import current_metrics
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)
@@ -48,7 +52,8 @@ def collect_runs(experiment: str, uri: str) -> list[dict[str, Any]]:
                                   page_token=token)
         for r in page:
             if "algorithm.name" in r.data.params and "global_accuracy" in r.data.metrics:
-                rows.append({"params": r.data.params, "metrics": r.data.metrics, "run_id": r.info.run_id})
+                rows.append({"params": r.data.params, "metrics": current_metrics(r.data.metrics),
+                             "run_id": r.info.run_id})
         token = page.token
         if not token:
             return rows
@@ -101,7 +106,9 @@ def runs_table(rows: Sequence[dict[str, Any]], kind: str = "accuracy", group_by:
 
 def noniid_curves(dataset, num_clients: int, alphas: Sequence[float], s_values: Sequence[float],
                   seeds: Sequence[int], min_samples: int = 10) -> dict[str, list[dict[str, float]]]:
-    """WPSI, Hellinger, JSD and EMD (means over seeds) for each α (Dirichlet) and S (Similarity)."""
+    """WPSI, HD, JSD and EMD (FedArtML's multi-client definitions, the paper's [14]) and the client-to-global
+    distances (means over seeds) for each α (Dirichlet) and S (Similarity): the keys of
+    :func:`~flplat.metrics.noniid.noniid_summary`."""
     from flplat.config import PartitionConfig
     from flplat.data.partitions import InfeasiblePartitionError, build_federation
     from flplat.metrics.noniid import noniid_summary

@@ -4,12 +4,14 @@ Store: :mod:`flplat.tracking.store` (``tracking.uri``, ``$MLFLOW_TRACKING_URI`` 
 ``tracking.store_dir``; ``flplat ui`` opens it).
 
 Logged: params = the resolved config (dotted keys); run-level partition metrics ``wpsi``, ``hellinger``,
-``jsd``, ``emd``; per round (step = round) every metric the orchestrator reports (``global_accuracy``,
-``ad``, ``sdad``, ``train_loss``, ``round_time_s``, ``bytes_up``, ``bytes_down``, ...); artifacts: the
-resolved ``config.yaml``, per-client label counts, the final per-client accuracies (CSV) and plots, and the
-final models (:mod:`flplat.tracking.models`). Per round also the process's ``cpu_time_s`` and ``peak_rss_mb``
-(:class:`~flplat.tracking.meta.ResourceMeter`) and, with psutil installed, MLflow's ``system/*`` metrics. Runs are
-named and tagged by what ran, in model-training experiments (:mod:`flplat.tracking.meta`).
+``jsd``, ``emd`` (FedArtML's multi-client definitions) and ``hellinger_to_global``, ``jsd_to_global``,
+``emd_to_global`` (:func:`flplat.metrics.noniid.noniid_summary`); per round (step = round) every metric the
+orchestrator reports (``global_accuracy``, ``ad``, ``sdad``, ``train_loss``, ``round_time_s``, ``bytes_up``,
+``bytes_down``, ...); artifacts: the resolved ``config.yaml``, per-client label counts, the final per-client
+accuracies (CSV) and plots, and the final models (:mod:`flplat.tracking.models`). Per round also the process's
+``cpu_time_s`` and ``peak_rss_mb`` (:class:`~flplat.tracking.meta.ResourceMeter`) and, with psutil installed,
+MLflow's ``system/*`` metrics. Runs are named and tagged by what ran, in model-training experiments
+(:mod:`flplat.tracking.meta`).
 The run ends FINISHED, FAILED or KILLED (Ctrl-C, SIGTERM); a run killed outright (SIGKILL, power cut) stays
 RUNNING but its heartbeat tag stops (:mod:`flplat.tracking.heartbeat`: ``flplat runs --stale``), and
 ``flplat run --resume`` continues it from its checkpoint (:func:`~flplat.tracking.store.checkpoint_dir`: beside the

@@ -19,12 +19,26 @@ authors' 10. The override changes only this cell's runs (their config hash); the
 from __future__ import annotations
 
 from flplat.studies.papers import SMOKE
+from flplat.studies.papers.clust_psi_pfl_noniid import (  # Fig. 3 and Fig. 4 (§III-C, no training)
+    ALPHAS,
+    MODELS,
+    QUANTIFIERS,
+    R2,
+    REDRAWS_BY_ALPHA,
+    S_VALUES,
+    fig3_findings,
+    fig4_findings,
+    fig4_point,
+    noniid_point,
+    partition_params,
+    plot_fig4,
+)
 from flplat.studies.reproduce import Cell, Method, Table
 
 SETTINGS = ["dirichlet_50", "dirichlet_0.7", "dirichlet_0.3", "dirichlet_0.2", "dirichlet_0.09", "dirichlet_0.05",
             "similarity_1", "similarity_0.03", "similarity_0"]
-# the authors' partition redraws without a cap until every client holds >= 10 samples (see the module docstring)
-REDRAWS_BY_ALPHA = {0.05: 100_000}
+# REDRAWS_BY_ALPHA: the authors' partition redraws without a cap until every client holds >= 10 samples (see the
+# module docstring)
 PAPER_REDRAWS = {f"dirichlet_{a:g}": n for a, n in REDRAWS_BY_ALPHA.items()}
 
 
@@ -68,29 +82,6 @@ TABLES = [
 ]
 
 # ---------------------------------------------------------------------------------------------- Fig. 3 and Fig. 5
-ALPHAS = (50, 5, 1, 0.7, 0.5, 0.3, 0.2, 0.1, 0.09, 0.07, 0.05)
-S_VALUES = (1, 0.9, 0.7, 0.5, 0.3, 0.2, 0.1, 0.07, 0.05, 0.03, 0)
-QUANTIFIERS = {"WPSI": "wpsi", "HD": "hellinger", "JSD": "jsd", "EMD": "emd"}
-FIG3_DATA = {"smoke": ("digits", 10), "reduced": ("fmnist", 100), "paper": ("fmnist", 100)}
-
-
-def noniid_point(cell: Cell, seed: int, scale: str) -> dict[str, float]:
-    """Fig. 3: WPSI, Hellinger, JSD and EMD of one partition (no training). An infeasible partition raises
-    :class:`~flplat.data.partitions.InfeasiblePartitionError`: the table shows the point as skipped, with the reason."""
-    from flplat.config import PartitionConfig
-    from flplat.data.datasets import load_dataset
-    from flplat.data.partitions import build_federation
-    from flplat.engine.state import derive_seed
-    from flplat.experiment import load_config
-    from flplat.metrics.noniid import noniid_summary
-
-    name, k = FIG3_DATA[scale]
-    ds = load_dataset(load_config(None, [f"data.name={name}"]).data, derive_seed(0, "data"))
-    fed = build_federation(ds, PartitionConfig(num_clients=k, **cell.params), seed)
-    s = noniid_summary(fed.label_counts("all"))
-    return {q: float(s[key]) for q, key in QUANTIFIERS.items()}
-
-
 def _fig3(ctx):
     import statistics
 
@@ -121,13 +112,31 @@ def _fig5(ctx):
         plot_silhouette_curves(curves, ctx.path)
 
 
-FIG3_CELLS = ([Cell(f"alpha={a:g}", params={"name": "dirichlet", "alpha": a, "max_retries": REDRAWS_BY_ALPHA[a]},
-                    note=_redraw_note(REDRAWS_BY_ALPHA[a])) if a in REDRAWS_BY_ALPHA else
-               Cell(f"alpha={a:g}", params={"name": "dirichlet", "alpha": a}) for a in ALPHAS] +
-              [Cell(f"S={s:g}", params={"name": "similarity", "similarity": s}) for s in S_VALUES])
+FIG3_CELLS = ([Cell(f"alpha={a:g}", params=partition_params("dirichlet", a), note=_redraw_note(REDRAWS_BY_ALPHA[a]))
+               if a in REDRAWS_BY_ALPHA else Cell(f"alpha={a:g}", params=partition_params("dirichlet", a))
+               for a in ALPHAS] +
+              [Cell(f"S={s:g}", params=partition_params("similarity", s)) for s in S_VALUES])
 TABLES[0].figure = _fig5
 TABLES.append(Table("fig3", "Clust-PSI-PFL Fig. 3: WPSI, HD, JSD and EMD against Dirichlet α and Similarity S",
                     FIG3_CELLS, [Method(q) for q in QUANTIFIERS], kind="analysis", analyze=noniid_point,
-                    reference=None, seeds=[0, 1, 2, 3, 4], figure=_fig3,
-                    notes={"smoke": "digits, 10 clients", "reduced": "FMNIST, K = 100 (the paper's setting)",
-                           "paper": "FMNIST, K = 100"}))
+                    reference=None, seeds=[0, 1, 2, 3, 4], figure=_fig3, findings=fig3_findings,
+                    notes={"smoke": "digits, 10 clients; HD, JSD, EMD: FedArtML's multi-client definitions",
+                           "reduced": "FMNIST, K = 100 (the paper's setting); HD, JSD, EMD: FedArtML's multi-client "
+                                      "definitions (the paper's [14])",
+                           "paper": "FMNIST, K = 100; HD, JSD, EMD: FedArtML's multi-client definitions"}))
+_FIG4_NOTE = ("features: WPSI, HD, JSD, EMD of every partition (11 α or 11 S × {k} × partition seeds {seeds}, "
+              "{data}); target log10 α or S; a seed = one 75/25 train/test split and model seed. Models from "
+              "scikit-learn: GBT = GradientBoostingRegressor in place of LightGBM, SVM = SVR, MLP = MLPRegressor "
+              "(lbfgs), tree = DecisionTreeRegressor, defaults otherwise. Importances: GBT and tree their own "
+              "(impurity, summing to 1); SVM and MLP have none: permutation importance on the held-out split "
+              "(mean drop of R² over 10 shuffles)")
+TABLES.append(Table(
+    "fig4", "Clust-PSI-PFL Fig. 4: feature importances of WPSI, HD, JSD and EMD for predicting α and S",
+    [Cell(f"{p}/{m}", params={"protocol": p, "model": m}) for p in ("dirichlet", "similarity") for m in MODELS],
+    [Method(q) for q in (*QUANTIFIERS, R2)], kind="analysis", analyze=fig4_point, reference=None,
+    seeds=[0, 1, 2, 3, 4], figure=plot_fig4, findings=fig4_findings,
+    notes={"smoke": _FIG4_NOTE.format(k="K = 10", seeds="0-2", data="digits"),
+           "reduced": _FIG4_NOTE.format(k="K = 10, 50, 100", seeds="0-4",
+                                        data="FMNIST, the one of the paper's six datasets here"),
+           "paper": _FIG4_NOTE.format(k="K = 10, 50, 100", seeds="0-4",
+                                      data="FMNIST, the one of the paper's six datasets here")}))

@@ -84,6 +84,9 @@ class Table:
     # cells where the table's metric does not exist (cell id -> why, quoting the paper): nothing is run for them and
     # the table gives one row with the reason instead of a "not run" row per method
     undefined: dict[str, str] = field(default_factory=dict)
+    # the paper's findings about the whole table or figure, judged on our values (cell, row) -> values over seeds:
+    # [(finding, holds (True / False; None: cannot be judged), what ours show)], rendered under the rows
+    findings: Callable[[dict[tuple[str, str], list[float]]], list[tuple[str, bool | None, str]]] | None = None
 
     def all_seeds(self, method: str) -> bool:
         """Whether ``method`` runs every seed under ``--baseline-seeds`` (the reference and the focus methods)."""

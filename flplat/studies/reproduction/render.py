@@ -4,7 +4,8 @@ its spread, see :mod:`flplat.studies.reproduce`) and the markdown table of paper
 it stands against the table's reference, :func:`added_verdict`; a cell where the table's metric does not exist,
 ``Table.undefined``, is one row with the reason). A row with runs skipped for a reason (no run exists: e.g. an
 infeasible partition) says so in its verdict and points to a numbered note under the table that gives the reason
-per seed."""
+per seed. A table with ``findings`` (claims about a whole figure, e.g. Clust-PSI-PFL Fig. 3's "WPSI decreases with
+α and S") lists them with their verdict under the rows; they count in the claims line."""
 
 from __future__ import annotations
 
@@ -115,6 +116,12 @@ def render_table(table: Table, paper_vals: dict[str, Any], ours: dict[tuple[str,
                 v = (f"not run: skipped, see note {n}" if not vals else
                      f"{v}; seed{'s' if len(skips) > 1 else ''} {seeds} skipped, see note {n}")
             lines.append(f"| {c.id} | {m.name} | {ptext} | {otext} | {diff} | {v} |")
+            verdicts.append(v)
+    if table.findings and ours:
+        lines += ["", "| the paper's finding | verdict | ours |", "|---|---|---|"]
+        for finding, holds, evidence in table.findings(ours):
+            v = {True: "claim holds", False: "claim fails", None: "cannot be judged"}[holds]
+            lines.append(f"| {finding} | {v} | {evidence} |")
             verdicts.append(v)
     count = {k: sum(k in v for v in verdicts) for k in ("claim holds", "claim fails", "within spread",
                                                           "outside spread")}

@@ -3,12 +3,16 @@ FINISHED runs by config hash (:class:`Store`). A finished run of an earlier flpl
 gained config keys) stands for a job when its logged params match (:func:`compatible`, on :func:`run_params`). A job
 skipped for a reason (its config failed while its run was prepared, e.g. an infeasible partition: no run exists)
 leaves the reason on the table's parent run as the tag ``flplat.reproduce.skipped.<config hash>``, so a later
-``--render-only`` shows why the cell was not run (a reason is shown only while its job has no finished run)."""
+``--render-only`` shows why the cell was not run (a reason is shown only while its job has no finished run).
+A run logged before the partition metrics ``hellinger``, ``jsd``, ``emd`` became FedArtML's multi-client
+definitions has its three values read back as ``*_to_global`` (what they were), never under the new names
+(:func:`flplat.metrics.noniid.current_metrics`)."""
 
 from __future__ import annotations
 
 import sys
 
+from flplat.metrics.noniid import current_metrics
 from flplat.studies.reproduction.grid import Job
 
 SKIP_TAG = "flplat.reproduce.skipped."
@@ -109,8 +113,8 @@ class Store:
         """(run id, metrics) of the FINISHED runs of this paper's reproduction, by config hash (the newest wins)."""
         runs = self._search(f"attributes.status = 'FINISHED' and tags.`flplat.reproduce.paper` = '{paper}'")
         runs.sort(key=lambda r: r.info.start_time)
-        return {r.data.tags["flplat.reproduce.key"]: (r.info.run_id, dict(r.data.metrics)) for r in runs
-                if "flplat.reproduce.key" in r.data.tags}
+        return {r.data.tags["flplat.reproduce.key"]: (r.info.run_id, current_metrics(dict(r.data.metrics)))
+                for r in runs if "flplat.reproduce.key" in r.data.tags}
 
     def match_older(self, paper: str, todo: list[Job], done: dict[str, tuple[str, dict[str, float]]]) -> list[Job]:
         """The jobs of ``todo`` that no finished run stands for. A FINISHED run of this paper whose hash no longer
@@ -146,7 +150,7 @@ class Store:
             r, added = match
             self.client.set_tag(r.info.run_id, "flplat.reproduce.key", j.key)
             older.remove(r)
-            done[j.key] = (r.info.run_id, dict(r.data.metrics))
+            done[j.key] = (r.info.run_id, current_metrics(dict(r.data.metrics)))
             print(f"{j.table} {j.cell} {j.method} s{j.seed}: finished run {r.info.run_id} of an earlier flplat "
                   f"stands for it (new keys at their defaults: {', '.join(added) or 'none'})", file=sys.stderr)
         return left
