@@ -11,7 +11,7 @@ personalised model θ_i solves the inner problem around its local copy w of the 
 
 and the server sets w_{t+1} = (1 − β) w_t + β · mean_i w_i over the sampled clients (β = ``beta``; the paper's
 mean is uniform, ``weighting: uniform``; ``samples`` weights by n_i). θ_i is kept per client (a
-:class:`~flplat.engine.state.ClientStore`) and is the model the client is evaluated with (the global w until it
+:class:`~flplat.protocol.state.ClientStore`) and is the model the client is evaluated with (the global w until it
 has one).
 
 Deviation (documented choice): the paper's K inner steps reuse one minibatch; the platform's loop draws a new
@@ -26,9 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, LocalHook, Strategy
-from flplat.engine.state import ServerState
+from flplat.api import ClientPlan, LocalHook, ServerState, Strategy, register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack, weighted_mean
 
@@ -64,7 +62,7 @@ class MoreauEnvelope(LocalHook):
         return {"local": vec.cpu()}
 
 
-@register
+@register_algorithm
 class PFedMe(Strategy):
     name = "pfedme"
 

@@ -80,9 +80,9 @@ def noniid_point(cell: Cell, seed: int, scale: str) -> dict[str, float]:
     from flplat.config import PartitionConfig
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
-    from flplat.engine.state import derive_seed
     from flplat.experiment import load_config
     from flplat.metrics.noniid import noniid_summary
+    from flplat.protocol.seeding import derive_seed
 
     name, k = FIG3_DATA[scale]
     ds = load_dataset(load_config(None, [f"data.name={name}"]).data, derive_seed(0, "data"))
