@@ -1,12 +1,13 @@
 """Loading a config: the one validation entry point, where the registries meet the config.
 
-:func:`load_config` parses a YAML file plus ``dotted.key=value`` overrides (:func:`flplat.config.parse_config`)
-and validates them against the registered datasets, partitions, models and algorithms
-(:func:`flplat.config.validate` with :func:`registries`), after importing the plugins that add to them
-(:func:`flplat.plugins.load_plugins`: entry points, ``$FLPLAT_PLUGINS``, the config's ``plugins``). It sits above the registries and below the engine, so
-reading a config imports torch (the model and algorithm registries) but not Lightning Fabric, the engine or
-MLflow: ``flplat run`` starts a sharded run's other processes right after it (:mod:`flplat.engine.launch`), and
-they import the rest in parallel. :mod:`flplat.experiment` re-exports :func:`load_config`.
+:func:`load_config` parses a YAML file plus ``dotted.key=value`` overrides (:func:`flplat.config.parse_config`),
+imports the plugins that add to the registries (:func:`flplat.plugins.load_plugins`: entry points,
+``$FLPLAT_PLUGINS``, the config's ``plugins``) and validates the config against the registered datasets,
+partitions, models and algorithms (:func:`flplat.config.validate` with :func:`registries`). It sits above the
+registries and below the engine, so reading a config imports torch (the model and algorithm registries) but not
+Lightning Fabric, the engine or MLflow: ``flplat run`` starts a sharded run's other processes right after it
+(:mod:`flplat.engine.launch`), and they import the rest in parallel. :mod:`flplat.experiment` re-exports
+:func:`load_config`.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ LAYERS = [
     ("flplat.errors",),                       # the input error and one-line checks: imports nothing of flplat
     ("flplat.config", "flplat.config_io"),    # structured configs (registries are handed in); config text, hash
     ("flplat.protocol",),                     # the strategy protocol (flat state, ServerState, Strategy, ClientPlan,
-    #                                           LocalHook, ...), derive_seed, registry bookkeeping: below engine + algorithms
+    #                                           LocalHook, ...), derive_seed, registries' bookkeeping
     ("flplat.maths", "flplat.metrics"),       # pure maths of the methods; evaluation and non-IID metrics
     ("flplat.data", "flplat.models"),         # datasets, partitions; model registry
     ("flplat.api",),                          # the public API plugins import (and the built-in algorithms too)
