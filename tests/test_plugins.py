@@ -13,9 +13,9 @@ import ast
 import os
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
 import torch
 from conftest import REPO
 
