@@ -119,10 +119,13 @@ def load_weights(client, run_id: str, which: str = "global", index: int | None =
 
 
 def build_saved(weights: torch.Tensor, arch: dict[str, Any]) -> torch.nn.Module:
-    """The network described by ``arch`` holding ``weights``, in eval mode on the CPU."""
+    """The network described by ``arch`` holding ``weights``, in eval mode on the CPU. A plugin's model is found
+    through its entry point or ``$FLPLAT_PLUGINS`` (or import the plugin module first)."""
     from flplat.models import build_model
+    from flplat.plugins import load_plugins
     from flplat.protocol.state import ParamLayout
 
+    load_plugins()
     net = build_model(OmegaConf.create(arch["model"]), tuple(arch["input_shape"]), int(arch["num_classes"]))
     ParamLayout(net).load(weights)
     return net.eval()
