@@ -231,3 +231,28 @@ def test_a_bad_plugins_value_is_one_line(value):
 
     with pytest.raises(ConfigError, match="allowed: a list of module names"):
         load_config(None, [value])
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_without_naming_its_plugin_again(tmp_path):
+    """--plugin goes into the logged config (``plugins``), so ``--resume`` finds the plugin's algorithm alone."""
+    import signal
+
+    store = tmp_path / "store"
+    env = {**_env(EXAMPLE), "PYTHONUNBUFFERED": "1"}
+    args = ["run", "configs/quickstart.yaml", "algorithm.name=trimprox", "federation.rounds=6",
+            "tracking.checkpoint_every=1", "fabric.num_threads=1", f"tracking.store_dir={store}",
+            "--plugin", "flplat_example_plugin.algorithm"]
+    p = subprocess.Popen([sys.executable, "-m", "flplat.cli", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    for line in p.stderr:
+        if line.startswith("[round 2/"):
+            p.send_signal(signal.SIGKILL)
+            break
+    p.communicate(timeout=600)
+    (run,) = _runs(store)
+    assert run.info.status == "RUNNING" and run.data.params["plugins"] == "['flplat_example_plugin.algorithm']"
+    out = _flplat(["run", "--resume", run.info.run_id, "--force", "--no-progress", f"tracking.store_dir={store}"],
+                  EXAMPLE)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resuming run" in out.stderr and [r.info.status for r in _runs(store)] == ["FINISHED"]
