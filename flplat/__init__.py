@@ -1,7 +1,8 @@
 """flplat: clustered and personalized federated learning under non-IID data.
 
 ``flplat.load_model(run_id, which="global")`` returns a run's saved model (see :mod:`flplat.tracking.models`);
-it is imported on first use, so ``import flplat`` stays light.
+it is imported on first use, so ``import flplat`` stays light. Your own algorithms, datasets, models and
+partitions (plugins) import :mod:`flplat.api`; see docs/extending.md.
 """
 
 __version__ = "0.1.0"

@@ -316,6 +316,9 @@ class ExperimentConfig:
     # filled by parse_config, not meant to be set: the config file's algorithm keys when an override switched
     # algorithm.name to another algorithm -- carried, reported, not used (see _set_aside_switched_algorithm_keys)
     algorithm_unused: Any = field(default_factory=dict)
+    # modules to import before the config is checked, whose import registers algorithms, datasets, models or
+    # partitions (a list, e.g. [my_pkg.my_algo]; see flplat/plugins.py and docs/extending.md); --plugin MODULE adds
+    plugins: Any = field(default_factory=list)
 
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")

@@ -48,7 +48,7 @@ def loggable_yaml(cfg: DictConfig) -> str:
 
 
 def config_key(cfg: DictConfig) -> str:
-    """The hash that identifies what a run computes: the resolved config without ``tracking.*`` and
+    """The hash that identifies what a run computes: the resolved config without ``tracking.*``, ``plugins`` and
     ``fabric.num_threads``, which do not change its result. Runs carry it as the tag ``flplat.config_key``; studies
     find a finished run, or an unfinished one to resume, by it (:func:`flplat.experiment.run_or_resume`,
     ``flplat reproduce``)."""
@@ -56,6 +56,7 @@ def config_key(cfg: DictConfig) -> str:
 
     d = OmegaConf.to_container(cfg, resolve=True)
     d.pop("tracking", None)
+    d.pop("plugins", None)  # which modules were imported names no result: the algorithm's name does
     d.get("fabric", {}).pop("num_threads", None)
     text = OmegaConf.to_yaml(OmegaConf.create(d), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -23,7 +23,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from flplat.algorithms import ALGORITHMS
-from flplat.algorithms.base import FederationInfo, Strategy
 from flplat.config import dotlist, parse_config, validate
 from flplat.config_io import config_key, flatten, loggable, loggable_yaml
 from flplat.configure import load_config, registries  # noqa: F401  (load_config: re-exported)
@@ -33,10 +32,11 @@ from flplat.data.partitions import build_federation
 from flplat.engine.client import ClientTrainer
 from flplat.engine.orchestrator import Callback, Orchestrator, RunSummary
 from flplat.engine.sharding import default_threads, is_main_process, make_executor
-from flplat.engine.state import derive_seed
 from flplat.errors import ConfigError, first_line
 from flplat.metrics.noniid import noniid_summary
 from flplat.models import build_model
+from flplat.protocol.seeding import derive_seed
+from flplat.protocol.strategy import FederationInfo, Strategy
 
 log = logging.getLogger("flplat")
 
@@ -317,6 +317,9 @@ def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictC
                           f"with tracking.checkpoint_every > 0 (set tracking.store_dir / checkpoint_dir to its store)")
     data = checkpoint.load(path)
     base = OmegaConf.create(data["meta"]["config_yaml"])
+    from flplat.plugins import load_plugins
+
+    load_plugins(base.get("plugins"))  # the run's own plugins (its config recorded them)
     cfg = validate(OmegaConf.merge(parse_config(None, ()), base,
                                    dotlist(overrides)), registries())
     return cfg, data

@@ -17,11 +17,14 @@ PKG = REPO / "flplat"
 LAYERS = [
     ("flplat.errors",),                       # the input error and one-line checks: imports nothing of flplat
     ("flplat.config", "flplat.config_io"),    # structured configs (registries are handed in); config text, hash
-    ("flplat.engine.state",),                 # flat model state, server state, client store: the strategies' contract
+    ("flplat.protocol",),                     # the strategy protocol (flat state, ServerState, Strategy, ClientPlan,
+    #                                           LocalHook, ...), derive_seed, registries' bookkeeping
     ("flplat.maths", "flplat.metrics"),       # pure maths of the methods; evaluation and non-IID metrics
     ("flplat.data", "flplat.models"),         # datasets, partitions; model registry
+    ("flplat.api",),                          # the public API plugins import (and the built-in algorithms too)
     ("flplat.algorithms",),                   # one strategy per file
-    ("flplat.configure",),                    # load_config: the registries meet the config (no engine, no Fabric)
+    ("flplat.configure", "flplat.plugins"),   # load_config: the registries meet the config (no engine, no Fabric);
+    #                                           plugins: the user's modules and entry points, imported before it
     ("flplat.engine",),                       # the training loop, the round loop, executors
     ("flplat.tracking",),                     # MLflow runs, reports read back from them
     ("flplat.experiment",),                   # load + validate a config, assemble, run (the one entry point)
@@ -145,6 +148,21 @@ def test_errors_module_imports_nothing_of_flplat():
     graph = import_graph(_modules())
     assert graph["flplat.errors"] == set()
     assert graph["flplat.config"] <= {"flplat.errors"}
+
+
+def test_engine_and_algorithms_meet_only_in_the_protocol():
+    """The engine drives strategies and the algorithms implement them through :mod:`flplat.protocol` alone: no
+    module of the engine imports one of the algorithms (or the API, which the algorithms use), and below the
+    engine nothing imports the engine (the seeding helper and the flat state live in the protocol)."""
+    graph = import_graph(_modules())
+    engine = [m for m in graph if m.startswith("flplat.engine")]
+    assert engine
+    crossing = sorted(f"{m} imports {t}" for m in engine for t in graph[m]
+                      if t.startswith(("flplat.algorithms", "flplat.api")))
+    assert not crossing, "\n".join(crossing)
+    below = [m for m in graph if m != "flplat" and layer_of(m) < layer_of("flplat.algorithms")]
+    reach = sorted(f"{m} imports {t}" for m in below for t in graph[m] if t.startswith("flplat.engine"))
+    assert not reach, "\n".join(reach)
 
 
 def test_top_level_is_the_design_cards():

@@ -1,20 +1,17 @@
-"""Algorithm registry: one file per algorithm, each registering a :class:`Strategy` subclass by name."""
+"""Algorithm registry: one file per algorithm, each registering a :class:`~flplat.protocol.strategy.Strategy`
+subclass by name with :func:`~flplat.api.register_algorithm` (the same decorator a plugin uses).
+
+Importing this package imports every built-in algorithm module; :data:`ALGORITHMS` (and the decorator, also as
+``register``) live in :mod:`flplat.protocol.registry`, below the algorithms, so that :mod:`flplat.api` can export it.
+"""
 
 from __future__ import annotations
 
-from flplat.algorithms.base import Strategy
+from flplat.protocol.registry import ALGORITHMS, register_algorithm
 
-ALGORITHMS: dict[str, type[Strategy]] = {}
+register = register_algorithm  # the name the built-ins used before flplat.api
 
-
-def register(cls: type[Strategy]) -> type[Strategy]:
-    """Class decorator: add a strategy to :data:`ALGORITHMS` under ``cls.name``."""
-    if not cls.name:
-        raise ValueError(f"{cls.__qualname__} has no name")
-    if cls.name in ALGORITHMS:
-        raise ValueError(f"algorithm {cls.name!r} registered twice")
-    ALGORITHMS[cls.name] = cls
-    return cls
+__all__ = ["ALGORITHMS", "register", "register_algorithm"]
 
 
 def _import_all() -> None:

@@ -8,7 +8,7 @@ v̄_i = α_i v_i + (1 − α_i) w of its local model and the global model w. Per
 * v_i ← v_i − η ∇_v f_i(v̄_i; ξ) = v_i − η α_i ∇f_i(v̄_i; ξ)  (Eq. 5, local-model step);
 * α_i ← Π_[0,1](α_i − η_α ⟨v_i − w, ∇f_i(v̄_i; ξ)⟩)          (Eq. 10, adaptive α; ``adaptive_alpha``).
 
-Only w goes to the server (FedAvg over the sampled clients); v_i (a :class:`~flplat.engine.state.ClientStore` row) and
+Only w goes to the server (FedAvg over the sampled clients); v_i (a :class:`~flplat.protocol.state.ClientStore` row) and
 α_i (``state.extra["alpha"]``) stay on the client. The global copy is trained by the platform's loop (federation
 optimizer, learning rate η); v and α are updated by a hook after each step on the same minibatch: v by its own
 optimizer (``v_optimizer`` sgd | adam, ``v_lr``, ``v_momentum``; fresh each round like the federation's — the
@@ -32,9 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, LocalHook, Strategy
-from flplat.engine.state import ServerState
+from flplat.api import ClientPlan, LocalHook, ServerState, Strategy, register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg
 
@@ -83,7 +81,7 @@ class PersonalMixture(LocalHook):
         return {"v": vec.cpu(), "alpha": self.alpha}
 
 
-@register
+@register_algorithm
 class APFL(Strategy):
     name = "apfl"
 

@@ -39,9 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from flplat.algorithms import register
-from flplat.algorithms.base import Strategy
-from flplat.engine.state import ServerState, derive_seed
+from flplat.api import ServerState, Strategy, derive_seed, register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg
 
@@ -120,7 +118,7 @@ def _adapt_fn(alpha: torch.Tensor, steps: int):
     return fn
 
 
-@register
+@register_algorithm
 class ATP(Strategy):
     name = "atp"
 

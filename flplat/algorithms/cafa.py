@@ -35,9 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import Strategy
-from flplat.engine.state import ServerState
+from flplat.api import ServerState, Strategy, register_algorithm
 from flplat.errors import ConfigError, param_choice, param_out_of_range
 from flplat.maths.aggregation import stack, weighted_mean
 from flplat.maths.cafa_weights import abfa_weights, cbcc_weights, class_proportions
@@ -47,7 +45,7 @@ from flplat.metrics.iid_detection import detection_metrics
 SPLITS = ("val", "train", "test")
 
 
-@register
+@register_algorithm
 class CAFA(Strategy):
     name = "cafa"
 

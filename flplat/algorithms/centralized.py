@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, Strategy
+from flplat.api import ClientPlan, Strategy, register_algorithm
 
 POOLED = -1  # the client id of the virtual pooled client
 
 
-@register
+@register_algorithm
 class Centralized(Strategy):
     name = "centralized"
     communicates = False

@@ -35,9 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy
-from flplat.engine.state import ServerState
+from flplat.api import ClientPlan, ClusteredStrategy, ServerState, register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg_by_group, stack
 
@@ -66,7 +64,7 @@ def bipartition(sim: np.ndarray, method: str = "single") -> tuple[np.ndarray, fl
     return labels, float(cross.max())
 
 
-@register
+@register_algorithm
 class CFL(ClusteredStrategy):
     name = "cfl"
 

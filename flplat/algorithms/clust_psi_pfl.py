@@ -36,9 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
-from flplat.engine.state import ServerState
+from flplat.api import ClientPlan, ClusteredStrategy, ServerState, register_algorithm, sample_uniform
 from flplat.errors import param_choice, param_out_of_range
 from flplat.maths.aggregation import stack, weighted_mean
 from flplat.maths.clustering import NONPOSITIVE_RULES, kmeans, silhouette_kmeans
@@ -53,7 +51,7 @@ def psi_descriptors(label_counts: np.ndarray, eps: float) -> np.ndarray:
     return np.nan_to_num(np.column_stack([total, per_class]), nan=0.0)
 
 
-@register
+@register_algorithm
 class ClustPSIPFL(ClusteredStrategy):
     name = "clust_psi_pfl"
 

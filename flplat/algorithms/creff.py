@@ -29,9 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import Strategy
-from flplat.engine.state import ServerState
+from flplat.api import ServerState, Strategy, register_algorithm
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import fedavg
 from flplat.maths.creff_features import class_head_gradients, match_features, retrain_head
@@ -48,7 +46,7 @@ def _head_slices(layout) -> tuple[tuple[int, int, tuple], tuple[int, int, tuple]
     return out["head.weight"], out.get("head.bias")
 
 
-@register
+@register_algorithm
 class CReFF(Strategy):
     name = "creff"
 

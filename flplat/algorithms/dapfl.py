@@ -36,9 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, PersonalizedStrategy, sample_uniform
 from flplat.algorithms.fedprox import CentredHook, ProximalTerm
+from flplat.api import ClientPlan, PersonalizedStrategy, register_algorithm, sample_uniform
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.dapfl_affinity import affinity_matrix, dynamic_weights, pairwise_distances
 
@@ -58,7 +57,7 @@ class ProximalStep(CentredHook):
                 p.sub_(rate * (p - c))
 
 
-@register
+@register_algorithm
 class DAPFL(PersonalizedStrategy):
     name = "dapfl"
 

@@ -2,7 +2,7 @@
 ICML 2021 (Algorithm 1).
 
 Two models: a global model w trained by FedAvg, and a personalised model v_k per client. Each round a sampled
-client k receives w^t and runs two local phases (one :class:`~flplat.algorithms.base.ClientPlan` with a second
+client k receives w^t and runs two local phases (one :class:`~flplat.protocol.strategy.ClientPlan` with a second
 phase):
 
 1. the personal objective  h_k(v; w^t) = F_k(v) + (λ/2) ‖v − w^t‖²  from its stored v_k (initially w^0), for
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, Strategy
 from flplat.algorithms.fedprox import ProximalTerm
+from flplat.api import ClientPlan, Strategy, register_algorithm
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import fedavg
 
 
-@register
+@register_algorithm
 class Ditto(Strategy):
     name = "ditto"
 

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, PersonalizedStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
+from flplat.api import ClientPlan, PersonalizedStrategy, register_algorithm, sample_uniform
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.dapfl_affinity import pairwise_distances
 
@@ -50,7 +49,7 @@ def attention_weights(w: torch.Tensor, attention: str, sigma: float, alpha_k: fl
     return (1.0 - self_weight) * e / e.sum(dim=1, keepdim=True) + self_weight * eye.to(e.dtype)
 
 
-@register
+@register_algorithm
 class FedAMP(PersonalizedStrategy):
     name = "fedamp"
 

@@ -8,12 +8,11 @@ from the global model w_t, and the server sets w_{t+1} = Σ_k (n_k / n) w_k^{t+1
 
 from __future__ import annotations
 
-from flplat.algorithms import register
-from flplat.algorithms.base import Strategy
+from flplat.api import Strategy, register_algorithm
 from flplat.maths.aggregation import fedavg
 
 
-@register
+@register_algorithm
 class FedAvg(Strategy):
     name = "fedavg"
 

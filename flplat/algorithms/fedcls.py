@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flplat.algorithms import register
 from flplat.algorithms.haccs import LOSS_MODES, LossAwareSelection, round_robin
 from flplat.algorithms.power_of_choice import num_selected
+from flplat.api import register_algorithm
 from flplat.errors import ConfigError, param_choice
 
 
@@ -69,7 +69,7 @@ def loss_ranked_selection(group: np.ndarray, loss: np.ndarray, m: int) -> np.nda
     return round_robin(order, ranked, m)
 
 
-@register
+@register_algorithm
 class FedCLS(LossAwareSelection):
     name = "fedcls"
 

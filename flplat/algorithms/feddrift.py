@@ -30,10 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClusteredStrategy, sample_uniform
 from flplat.algorithms.ifca import plan_with_all_models
-from flplat.engine.state import ServerState, derive_seed
+from flplat.api import ClusteredStrategy, ServerState, derive_seed, register_algorithm, sample_uniform
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg_by_group
 from flplat.maths.multimodel import cluster_losses, drift_distance, losses_fn, merge_groups
@@ -41,7 +39,7 @@ from flplat.maths.multimodel import cluster_losses, drift_distance, losses_fn, m
 CHOICES = {"init": ("per_client", "single"), "drift_rule": ("increase", "absolute")}
 
 
-@register
+@register_algorithm
 class FedDrift(ClusteredStrategy):
     name = "feddrift"
 

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, LocalHook, Strategy
+from flplat.api import ClientPlan, LocalHook, Strategy, register_algorithm
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import stack
 
@@ -48,7 +47,7 @@ class DynamicRegularizer(LocalHook):
         return 0.5 * self.alpha * sq - lin
 
 
-@register
+@register_algorithm
 class FedDyn(Strategy):
     name = "feddyn"
 

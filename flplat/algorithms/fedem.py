@@ -32,9 +32,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import TRUE_M, ClientPlan, ClusteredStrategy, sample_uniform, true_m
-from flplat.engine.state import ServerState, derive_seed
+from flplat.api import (
+    TRUE_M,
+    ClientPlan,
+    ClusteredStrategy,
+    ServerState,
+    derive_seed,
+    register_algorithm,
+    sample_uniform,
+    true_m,
+)
 from flplat.errors import param_choice, param_out_of_range
 from flplat.maths.aggregation import weighted_mean
 from flplat.maths.multimodel import mixture_correct, random_models, responsibilities, sample_losses, stacked_logits
@@ -66,7 +73,7 @@ def draw_components(q: torch.Tensor, rng: np.random.Generator) -> np.ndarray:
     return np.minimum((cdf < u[None, :]).sum(axis=0), q.shape[0] - 1)
 
 
-@register
+@register_algorithm
 class FedEM(ClusteredStrategy):
     name = "fedem"
     m_key = "num_components"  # the config key holding M (FedRC: num_clusters)

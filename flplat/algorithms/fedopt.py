@@ -42,15 +42,14 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan
 from flplat.algorithms.fedavg import FedAvg
+from flplat.api import ClientPlan, register_algorithm
 from flplat.errors import ConfigError
 from flplat.maths import server_opt
 from flplat.maths.aggregation import fedavg
 
 
-@register
+@register_algorithm
 class FedOpt(FedAvg):
     name = "fedopt"
     kinds: ClassVar[tuple[str, ...]] = server_opt.KINDS  # server optimizers this name accepts
@@ -108,7 +107,7 @@ class FedOpt(FedAvg):
         return [0] * len(plans) if type(self).aggregate is FedOpt.aggregate else None
 
 
-@register
+@register_algorithm
 class FedAvgM(FedOpt):
     name = "fedavgm"
     kinds = ("momentum",)
@@ -119,7 +118,7 @@ class FedAvgM(FedOpt):
         server_momentum: float = 0.7  # Table II best of {0.7, 0.9, 0.99}; η = 1 as Hsu et al.
 
 
-@register
+@register_algorithm
 class FedAdagrad(FedOpt):
     name = "fedadagrad"
     kinds = ("adagrad",)
@@ -133,7 +132,7 @@ class FedAdagrad(FedOpt):
 
 
 # FedYogi and FedAdam: Table II's best β1 = 0.9 and β2 = 0.99 are FedOpt's defaults.
-@register
+@register_algorithm
 class FedYogi(FedOpt):
     name = "fedyogi"
     kinds = ("yogi",)
@@ -145,7 +144,7 @@ class FedYogi(FedOpt):
         tau: float = 0.01  # Table II best of {0.001, 0.01, 0.1}
 
 
-@register
+@register_algorithm
 class FedAdam(FedOpt):
     name = "fedadam"
     kinds = ("adam",)

@@ -28,9 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy
-from flplat.engine.state import ServerState
+from flplat.api import ClientPlan, ClusteredStrategy, ServerState, register_algorithm
 from flplat.errors import param_choice, param_out_of_range
 from flplat.maths.aggregation import fedavg, fedavg_by_group
 from flplat.maths.clustering import kmeans, silhouette_kmeans
@@ -39,7 +37,7 @@ from flplat.maths.fedpfa_similarity import activation_sparsity, euclidean_distan
 LAYERS = ("features", "latent")
 
 
-@register
+@register_algorithm
 class FedPFA(ClusteredStrategy):
     name = "fedpfa"
 

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, LocalHook
 from flplat.algorithms.fedavg import FedAvg
+from flplat.api import ClientPlan, LocalHook, register_algorithm
 from flplat.errors import ConfigError
 
 
@@ -42,7 +41,7 @@ class ProximalTerm(CentredHook):
         return 0.5 * self.mu * sq
 
 
-@register
+@register_algorithm
 class FedProx(FedAvg):
     name = "fedprox"
 

@@ -31,13 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import TRUE_M
 from flplat.algorithms.fedem import AGGREGATIONS, FedEM
+from flplat.api import TRUE_M, register_algorithm
 from flplat.errors import ConfigError, param_choice, param_out_of_range
 
 
-@register
+@register_algorithm
 class FedRC(FedEM):
     name = "fedrc"
     m_key = "num_clusters"

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, Strategy
+from flplat.api import ClientPlan, Strategy, register_algorithm
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import stack
 
 
-@register
+@register_algorithm
 class FedRep(Strategy):
     name = "fedrep"
 

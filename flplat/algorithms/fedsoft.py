@@ -48,10 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy, sample_uniform
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.engine.state import ServerState, derive_seed
+from flplat.api import ClientPlan, ClusteredStrategy, ServerState, derive_seed, register_algorithm, sample_uniform
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack
 from flplat.maths.multimodel import losses_fn
@@ -82,7 +80,7 @@ def permuted_init(w: torch.Tensor, layout, rng: np.random.Generator) -> torch.Te
     return out
 
 
-@register
+@register_algorithm
 class FedSoft(ClusteredStrategy):
     name = "fedsoft"
 

@@ -27,9 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import TRUE_M, ClientPlan, ClusteredStrategy, true_m
-from flplat.engine.state import ServerState, derive_seed
+from flplat.api import TRUE_M, ClientPlan, ClusteredStrategy, ServerState, derive_seed, register_algorithm, true_m
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack
 from flplat.maths.multimodel import random_models
@@ -55,7 +53,7 @@ def weighted_kmeans_step(w: torch.Tensor, n: torch.Tensor, centers: torch.Tensor
     return r, out
 
 
-@register
+@register_algorithm
 class FeSEM(ClusteredStrategy):
     name = "fesem"
 

@@ -70,9 +70,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, ClusteredStrategy, true_m
-from flplat.engine.state import ServerState, derive_seed
+from flplat.api import ClientPlan, ClusteredStrategy, ServerState, derive_seed, register_algorithm, true_m
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg, fedavg_by_group, stack
 from flplat.maths.clustering import (
@@ -133,7 +131,7 @@ def _descriptor_fn(view, mean, components, num_classes, min_class_samples, epsil
     return flatten(marg, cond)
 
 
-@register
+@register_algorithm
 class Flux(ClusteredStrategy):
     name = "flux"
 
@@ -456,7 +454,7 @@ class Flux(ClusteredStrategy):
         return out
 
 
-@register
+@register_algorithm
 class FluxPrior(Flux):
     """Flux-prior (§5.2, App. D.2): K-means on the descriptors with the true number of distributions M."""
 
@@ -467,7 +465,7 @@ class FluxPrior(Flux):
         clustering: str = "kmeans"
 
 
-@register
+@register_algorithm
 class FluxSoft(Flux):
     """Flux-soft (App. D.3): descriptor-similarity-weighted soft aggregation instead of hard clusters."""
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flplat.algorithms import register
 from flplat.algorithms.fedavg import FedAvg
 from flplat.algorithms.power_of_choice import client_losses, num_selected, sample_proportional
+from flplat.api import register_algorithm
 from flplat.errors import param_choice, param_out_of_range
 from flplat.metrics.noniid import hellinger
 
@@ -131,7 +131,7 @@ class LossAwareSelection(FedAvg):
         return {"selection/groups.csv": ",".join(["client", *cols]) + "\n" + rows + "\n"}
 
 
-@register
+@register_algorithm
 class HACCS(LossAwareSelection):
     name = "haccs"
 

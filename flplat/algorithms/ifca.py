@@ -23,9 +23,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from flplat.algorithms import register
-from flplat.algorithms.base import TRUE_M, ClientPlan, ClusteredStrategy, sample_uniform, true_m
-from flplat.engine.state import ServerState, derive_seed
+from flplat.api import (
+    TRUE_M,
+    ClientPlan,
+    ClusteredStrategy,
+    ServerState,
+    derive_seed,
+    register_algorithm,
+    sample_uniform,
+    true_m,
+)
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg_by_group
 from flplat.maths.multimodel import losses_fn, random_models
@@ -40,7 +47,7 @@ def cluster_losses(state, ops, clients) -> np.ndarray:
     return np.stack([o.mean(dim=1).double().numpy() if o.shape[1] else np.zeros(o.shape[0]) for o in out])
 
 
-@register
+@register_algorithm
 class IFCA(ClusteredStrategy):
     name = "ifca"
 

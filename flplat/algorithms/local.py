@@ -7,11 +7,10 @@ with its own model. No bytes are exchanged.
 
 from __future__ import annotations
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, PersonalizedStrategy
+from flplat.api import ClientPlan, PersonalizedStrategy, register_algorithm
 
 
-@register
+@register_algorithm
 class LocalOnly(PersonalizedStrategy):
     name = "local"
     communicates = False

@@ -14,7 +14,7 @@ minibatch of the client's epochs, E = ``federation.local_epochs``):
 
 and the server sets w_{t+1} = (1 − β) w_t + β · mean_i w_i over the sampled clients (β = ``beta``; the paper's
 mean is uniform, ``weighting: uniform``; ``samples`` weights by n_i). θ_i is kept per client (a
-:class:`~flplat.engine.state.ClientStore`) and is the model the client is evaluated with (the global w until it
+:class:`~flplat.protocol.state.ClientStore`) and is the model the client is evaluated with (the global w until it
 has one; an unseen client, never trained, is scored with the global w, as pFedMe's "GM").
 
 The inner solver (``inner_optimizer``). ``"sgd"`` (default): plain gradient steps with η_p, whatever
@@ -40,9 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.algorithms import register
-from flplat.algorithms.base import ClientPlan, LocalHook, Strategy
-from flplat.engine.state import ServerState
+from flplat.api import ClientPlan, LocalHook, ServerState, Strategy, register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack, weighted_mean
 
@@ -80,7 +78,7 @@ class MoreauEnvelope(LocalHook):
         return {"local": vec.cpu()}
 
 
-@register
+@register_algorithm
 class PFedMe(Strategy):
     name = "pfedme"
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms import register
 from flplat.algorithms.fedavg import FedAvg
+from flplat.api import register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack, weighted_mean
 
@@ -68,7 +68,7 @@ def client_losses(ops, clients: Sequence[int], weights: torch.Tensor) -> np.ndar
     return np.array([r.loss for r in res], dtype=np.float64)
 
 
-@register
+@register_algorithm
 class PowerOfChoice(FedAvg):
     name = "poc"
 

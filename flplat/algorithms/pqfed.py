@@ -52,8 +52,8 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from flplat.algorithms import ALGORITHMS, register
-from flplat.algorithms.base import ClientPlan, Strategy
+from flplat.algorithms import ALGORITHMS
+from flplat.api import ClientPlan, Strategy, register_algorithm
 from flplat.config import namespaced_section
 from flplat.errors import ConfigError, check_choice, check_range
 from flplat.maths import pqfed as pm
@@ -72,7 +72,7 @@ class ProjectAndPerturb:
         return pm.laplace_ldp(z, self.epsilon, np.random.default_rng(view.seed), self.lo, self.hi).astype(np.float32)
 
 
-@register
+@register_algorithm
 class PQFed(Strategy):
     name = "pqfed"
 

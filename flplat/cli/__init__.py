@@ -48,12 +48,31 @@ COMMANDS = {
 }
 
 
+# commands that read no config and import no plugin (every other command takes --plugin MODULE)
+NO_PLUGINS = ("ui", "runs", "table", "compare")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flplat", description="Clustered and personalized federated learning experiments.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add, _ in COMMANDS.values():
+    for name, (add, _) in COMMANDS.items():
         add(sub)
+        if name not in NO_PLUGINS:
+            sub.choices[name].add_argument(
+                "--plugin", action="append", default=[], metavar="MODULE",
+                help="import this module first (it registers your algorithms, datasets, models or partitions; "
+                     "repeatable; every process the command starts imports it too); see docs/extending.md")
     return p
+
+
+def _load_plugins(args) -> None:
+    """``--plugin MODULE``: into ``$FLPLAT_PLUGINS`` (inherited by every process the command starts), imported now
+    so that a failing plugin is one line and exit 2 before anything else happens."""
+    if getattr(args, "plugin", None):
+        from flplat.plugins import add_to_env, load_plugins
+
+        add_to_env(args.plugin)
+        load_plugins()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = _on_sigterm()
     try:
+        _load_plugins(args)
         return handler(args)
     except RunFailed as e:  # tracking store lost, training diverged: one line, the run ended FAILED
         print(f"flplat: error: {e}", file=sys.stderr)

@@ -39,15 +39,16 @@ def add_noniid_plot(sub) -> None:
 
 def add_list(sub) -> None:
     sub.add_parser("list", help="list datasets, partitions, models and algorithms",
-                   description="List the registered datasets, partitions, models and algorithms.")
+                   description="List the registered datasets, partitions, models and algorithms, and where each "
+                               "comes from: built-in, or which plugin (module, distribution, entry point).")
 
 
 def cmd_partition_stats(args) -> int:
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
-    from flplat.engine.state import derive_seed
     from flplat.experiment import load_config
     from flplat.metrics.noniid import client_metrics, noniid_summary
+    from flplat.protocol.seeding import derive_seed
 
     overrides = [f"data.name={args.dataset}", f"partition.name={args.partition}", f"partition.alpha={args.alpha}",
                  f"partition.similarity={args.similarity}", f"partition.num_clients={args.clients}",
@@ -87,8 +88,8 @@ def _floats(text: str, flag: str) -> list[float]:
 
 def cmd_noniid_plot(args) -> int:
     from flplat.data.datasets import load_dataset
-    from flplat.engine.state import derive_seed
     from flplat.experiment import load_config
+    from flplat.protocol.seeding import derive_seed
     from flplat.tracking.reports import noniid_curves, plot_noniid_curves
 
     over = [f"data.name={args.dataset}"] + ([f"data.root={args.data_root}"] if args.data_root else [])
@@ -114,12 +115,22 @@ def cmd_noniid_plot(args) -> int:
 
 
 def cmd_list(args) -> int:
+    """One line per registry: the built-in names, then each plugin's names with where they come from (the plugin
+    module, and the distribution and entry point when an installed package declared it)."""
     from flplat.algorithms import ALGORITHMS
     from flplat.data.datasets import DATASETS
     from flplat.data.partitions import PARTITIONS
     from flplat.models import MODELS
+    from flplat.plugins import load_plugins
+    from flplat.protocol.registry import BUILTIN, origin
 
-    for title, reg in (("datasets", DATASETS), ("partitions", PARTITIONS), ("models", MODELS),
-                       ("algorithms", ALGORITHMS)):
-        print(f"{title}: {', '.join(sorted(reg))}")
+    load_plugins()  # entry points and $FLPLAT_PLUGINS (--plugin)
+    for title, kind, reg in (("datasets", "dataset", DATASETS), ("partitions", "partition", PARTITIONS),
+                             ("models", "model", MODELS), ("algorithms", "algorithm", ALGORITHMS)):
+        by: dict[str, list[str]] = {}
+        for name in sorted(reg):
+            by.setdefault(origin(kind, name), []).append(name)
+        groups = [f"{', '.join(by.pop(BUILTIN, []))} ({BUILTIN})"]
+        groups += [f"{', '.join(names)} ({where})" for where, names in sorted(by.items())]
+        print(f"{title}: {'; '.join(groups)}")
     return 0

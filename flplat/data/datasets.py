@@ -80,6 +80,7 @@ from flplat.data.files import (  # noqa: F401 (re-exports: these were defined he
 )
 from flplat.data.formats import DataFormatError, read_cifar_batches, read_idx, read_pickle  # noqa: F401
 from flplat.errors import ConfigError
+from flplat.protocol.registry import add
 
 __all__ = [
     "DATASETS",
@@ -107,9 +108,7 @@ def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
     """Decorator: register ``fn(cfg: DataConfig, seed: int) -> Dataset`` under ``name`` in :data:`DATASETS`."""
 
     def deco(fn: DatasetLoader) -> DatasetLoader:
-        if name in DATASETS:
-            raise ValueError(f"dataset {name!r} is already registered")
-        DATASETS[name] = fn
+        add("dataset", DATASETS, name, fn, getattr(fn, "__module__", None))
         return fn
 
     return deco

@@ -49,8 +49,10 @@ import numpy as np
 from flplat.data.containers import Dataset, FederatedData
 from flplat.data.splits import InfeasiblePartitionError, as_labels, split_client
 from flplat.errors import ConfigError
+from flplat.protocol.registry import add
 
-__all__ = ["PARTITIONS", "InfeasiblePartitionError", "build_federation", "partition", "split_client"]
+__all__ = ["PARTITIONS", "InfeasiblePartitionError", "build_federation", "partition", "register_partition",
+           "split_client"]
 
 PartitionFn = Callable[[np.ndarray, Any, np.random.Generator], list[np.ndarray]]
 
@@ -203,6 +205,23 @@ PARTITIONS: dict[str, PartitionFn] = {"iid": iid, "dirichlet": dirichlet, "simil
                                       "pqfed": _needs_dataset, "natural": _needs_groups, "metadata": _needs_groups}
 
 
+def register_partition(name: str) -> Callable[[PartitionFn], PartitionFn]:
+    """Decorator: register a protocol ``fn(labels, cfg, rng) -> list[np.ndarray]`` under ``name`` in
+    :data:`PARTITIONS` (``partition.name=NAME``).
+
+    ``labels`` is the training pool's ``(N,)`` int64 labels, ``cfg`` the :class:`~flplat.config.PartitionConfig`
+    (``cfg.num_clients`` clients; the existing ``partition.*`` keys, e.g. ``alpha``, are the parameters a protocol
+    can read), ``rng`` a ``numpy.random.Generator`` (the partition's own stream, seeded from the run's seed). It
+    returns one index array per client into the pool, pairwise disjoint; samples left out are dropped. Each
+    client's train / val / test split is then cut by :func:`split_client`, as for the built-in protocols."""
+
+    def deco(fn: PartitionFn) -> PartitionFn:
+        add("partition", PARTITIONS, name, fn, getattr(fn, "__module__", None))
+        return fn
+
+    return deco
+
+
 def partition(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
     """Dispatch on ``cfg.name``; checks that there are at least as many samples as clients."""
     labels = as_labels(labels)
@@ -214,7 +233,7 @@ def partition(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np
         raise ConfigError(f"partition.num_clients={k} is out of range; allowed: an integer >= 1")
     if k > n:
         raise ConfigError(f"partition.num_clients={k} exceeds the {n} training samples; lower partition.num_clients")
-    return PARTITIONS[name](labels, cfg, rng)
+    return _finish(PARTITIONS[name](labels, cfg, rng))  # sorted int64, whoever registered the protocol
 
 
 def build_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:

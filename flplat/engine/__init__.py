@@ -1,7 +1,7 @@
 """The engine: one training loop, one round loop, and the state they pass around.
 
-* ``state`` -- models as flat vectors (:class:`~flplat.engine.state.ParamLayout`), the server state, the compact
-  per-client store and seed derivation; the contract between the engine and the strategies.
+* ``state`` -- re-exports the flat-vector layout, server state, client store and seed derivation from their home in
+  :mod:`flplat.protocol` (the contract between the engine and the strategies, below both).
 * ``client`` -- the one training loop: a LightningModule driven by Lightning Fabric, reused for every client.
 * ``vectorized`` -- the same local training for a group of clients at once (``torch.func``).
 * ``orchestrator`` -- the one round loop (select, plan, train, aggregate, evaluate) and its callbacks.
@@ -10,5 +10,6 @@
 * ``launch`` -- starting a sharded run's local processes before the heavy imports.
 
 Nothing here imports tracking, tuning or the CLI; strategies (:mod:`flplat.algorithms`) plug in through
-:class:`~flplat.algorithms.base.Strategy`.
+:class:`~flplat.protocol.strategy.Strategy` (:mod:`flplat.protocol`, below both the engine and the algorithms:
+the engine imports no algorithm).
 """

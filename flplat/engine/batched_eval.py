@@ -5,7 +5,7 @@ Scoring every client one by one costs a model load, a few small forward calls an
 (``federation.batched_eval=true``, the default; ``false`` restores the per-client loop):
 
 **Shared models.** Most methods give many clients the same model: single-model methods (FedAvg and its family)
-give every client the global model, clustered methods (:class:`~flplat.algorithms.base.ClusteredStrategy`) give the
+give every client the global model, clustered methods (:class:`~flplat.protocol.strategy.ClusteredStrategy`) give the
 clients of one cluster its model. :meth:`LocalExecutor.evaluate_groups` scores them per round, not per client: the
 rows of a split are kept once as one index array in client order (:class:`SplitRows`, built on first use); the
 rows of all groups are selected with one vectorised gather, each group's model is loaded once and run over its
@@ -55,8 +55,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flplat.algorithms.base import ClusteredStrategy, EvalResult, Strategy
-from flplat.engine.state import ServerState
+from flplat.protocol.state import ServerState
+from flplat.protocol.strategy import ClusteredStrategy, EvalResult, Strategy
 
 STACK_BYTES = 128 << 20  # stacked weights of one personal-model evaluation group when federation.eval_group_size=0
 
@@ -64,7 +64,7 @@ STACK_BYTES = 128 << 20  # stacked weights of one personal-model evaluation grou
 @dataclass
 class EvalColumns:
     """Per-client evaluation results as columns (one row per client; the fields of
-    :class:`~flplat.algorithms.base.EvalResult`): at 10,000 clients, building, gathering and reading one object per
+    :class:`~flplat.protocol.strategy.EvalResult`): at 10,000 clients, building, gathering and reading one object per
     client would cost more than the forward passes. ``class_correct`` / ``class_total`` are ``(m, C)``, with C = 0
     when per-class counts were not computed."""
 

@@ -2,10 +2,10 @@
 
 A checkpoint taken after round t holds
 
-* the :class:`~flplat.engine.state.ServerState` (global / cluster models, assignment, server-optimizer state,
-  ``extra``; per-client vectors through the compact :class:`~flplat.engine.state.ClientStore`, which pickles
+* the :class:`~flplat.protocol.state.ServerState` (global / cluster models, assignment, server-optimizer state,
+  ``extra``; per-client vectors through the compact :class:`~flplat.protocol.state.ClientStore`, which pickles
   only its written rows in its own dtype),
-* the strategy's own state (:meth:`~flplat.algorithms.base.Strategy.state_dict`: generic for every registered
+* the strategy's own state (:meth:`~flplat.protocol.strategy.Strategy.state_dict`: generic for every registered
   algorithm),
 * every RNG that drives later rounds: the server generator (client sampling, strategy randomness), torch's and
   numpy's global generators (client training and evaluation derive their seeds from the root seed, round and

@@ -28,8 +28,8 @@ from lightning.fabric import Fabric
 from lightning.fabric.plugins.precision import Precision
 from torch import nn
 
-from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, HookContext, LocalHook
-from flplat.engine.state import ParamLayout
+from flplat.protocol.state import ParamLayout
+from flplat.protocol.strategy import ClientPlan, ClientResult, EvalResult, HookContext, LocalHook
 
 _NVML_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
@@ -246,7 +246,7 @@ class ClientTrainer:
 
     def compute(self, client: int, weights: torch.Tensor | None, indices: np.ndarray, fn, seed: int):
         """Run a strategy's client-side function ``fn(ClientView)`` with ``weights`` on the pool rows ``indices``."""
-        from flplat.algorithms.base import ClientView
+        from flplat.protocol.strategy import ClientView
 
         if weights is not None:
             self.layout.load(weights)

@@ -3,7 +3,7 @@
 Split from :mod:`flplat.engine.orchestrator` along the seam between the server's round loop and client-side
 execution: the orchestrator decides what happens in a round, the executor runs it for each client (training,
 scoring, ``compute``) and is the one object strategies may call back into (its methods are the
-:class:`~flplat.algorithms.base.FederationOps`). :class:`~flplat.engine.sharding.ShardedExecutor` replaces it
+:class:`~flplat.protocol.strategy.FederationOps`). :class:`~flplat.engine.sharding.ShardedExecutor` replaces it
 behind the same methods. The helpers beside it serve both executors: :class:`LazyRequests` (``(client, weights)``
 pairs whose weights are read only when scored), :func:`request_clients` and :func:`subset`, and
 :func:`_softmax_and_labels`, the client-side function of the orchestrator's test-phase ensemble.
@@ -17,18 +17,18 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult
 from flplat.data.containers import FederatedData
 from flplat.engine.batched_eval import EvalColumns, SplitRows, StackedScorer, columns_from_rows, log_fallback
 from flplat.engine.client import ClientTrainer
-from flplat.engine.state import derive_seed
+from flplat.protocol.seeding import derive_seed
+from flplat.protocol.strategy import ClientPlan, ClientResult, EvalResult
 
 
 class LocalExecutor:
     """Runs every client in this process with one reusable :class:`ClientTrainer`.
 
     This is the seam where clients run: strategies only see ``train`` and ``evaluate`` (the latter is the
-    :class:`~flplat.algorithms.base.FederationOps` they may call), so sharded execution can replace it.
+    :class:`~flplat.protocol.strategy.FederationOps` they may call), so sharded execution can replace it.
     """
 
     def __init__(self, trainer: ClientTrainer, data: FederatedData, seed: int, vectorize: bool = False,

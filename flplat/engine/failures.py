@@ -26,9 +26,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from flplat.algorithms.base import ClientPlan, ClientResult
-from flplat.engine.state import derive_seed
 from flplat.errors import RunFailed
+from flplat.protocol.seeding import derive_seed
+from flplat.protocol.strategy import ClientPlan, ClientResult
 
 
 class Diverged(RunFailed):

@@ -22,15 +22,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from flplat.algorithms.base import Strategy
 from flplat.data.containers import FederatedData
 from flplat.engine.batched_eval import EvalColumns, evaluate_shared, shared_model_groups
 from flplat.engine.executor import LazyRequests, LocalExecutor, _softmax_and_labels, request_clients, subset
 from flplat.engine.failures import Diverged, reject_nonfinite
-from flplat.engine.state import ServerState, derive_seed
 from flplat.metrics.curves import curve_summary
 from flplat.metrics.evaluation import summarize
 from flplat.metrics.personalized import bucket_accuracy, run_summary
+from flplat.protocol.seeding import derive_seed
+from flplat.protocol.state import ServerState
+from flplat.protocol.strategy import Strategy
 
 __all__ = [
     "Callback",

@@ -4,7 +4,7 @@ Every process runs the same program (SPMD): the same data, partition, model init
 server RNG, so all processes select and plan the same clients. Each process trains only its share of the
 round's clients (balanced by data size with a longest-processing-time-first assignment), then the results are
 combined with collectives: where the strategy only needs per-group sample-weighted means
-(:meth:`~flplat.algorithms.base.Strategy.mean_groups`: FedAvg, FedProx, FedOpt, Clust-PSI-PFL) one all-reduce of
+(:meth:`~flplat.protocol.strategy.Strategy.mean_groups`: FedAvg, FedProx, FedOpt, Clust-PSI-PFL) one all-reduce of
 a flattened buffer of weighted sums; otherwise an all-gather of every model as one padded ``(ranks, m, P)``
 tensor. The small metadata travels as objects, and every process aggregates the identical, identically ordered
 result list. The strategy therefore runs unchanged
@@ -25,9 +25,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult
 from flplat.engine.batched_eval import EvalColumns
 from flplat.engine.executor import LocalExecutor, request_clients, subset
+from flplat.protocol.strategy import ClientPlan, ClientResult, EvalResult
 
 
 def balance(sizes: Sequence[int], ranks: int) -> list[list[int]]:

@@ -17,7 +17,7 @@ What is the same as the per-client loop (up to floating-point summation order):
   per client. Clients are sorted by their number of steps, so at step t the clients still training are a prefix of
   the group; finished clients get neither an update nor an optimizer-state change (Adam's step does not advance);
 * ``plan.trainable`` (only that part is updated; the rest gets no update and no state), ``plan.lr``, ``plan.epochs``;
-* hooks that define :meth:`~flplat.algorithms.base.LocalHook.functional_loss` (FedProx's proximal term): it is
+* hooks that define :meth:`~flplat.protocol.strategy.LocalHook.functional_loss` (FedProx's proximal term): it is
   evaluated per client on its slices of the stacked parameters and added to its loss;
 * precision: the forward runs under ``fabric.autocast()``.
 
@@ -41,9 +41,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from flplat.algorithms.base import ClientPlan, ClientResult, LocalHook
 from flplat.engine.client import ClientTrainer, batch_bounds
 from flplat.engine.memory import retain_freed_memory
+from flplat.protocol.strategy import ClientPlan, ClientResult, LocalHook
 
 Job = tuple[int, ClientPlan, np.ndarray, int]  # (client, plan, train indices, seed): ClientTrainer.train's arguments
 KEEP_MIB = 512  # federation.vectorize_keep_mib's default

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from flplat.engine.state import ParamLayout
+from flplat.protocol.state import ParamLayout
 
 
 def _stacked_dict(layout: ParamLayout, models: torch.Tensor) -> dict[str, torch.Tensor]:

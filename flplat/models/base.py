@@ -36,6 +36,7 @@ from torch import nn
 
 from flplat.config import namespaced_section
 from flplat.errors import ConfigError
+from flplat.protocol.registry import add
 
 BuildFn = Callable[[Any, tuple[int, ...], int], "SplitModel"]
 ValidateFn = Callable[[Any, str], None]
@@ -139,9 +140,8 @@ def register_model(name: str, Config: type, validate_config: ValidateFn | None =
         raise TypeError(f"model {name!r}: Config must not define a 'name' field (it is the registry key)")
 
     def deco(build: BuildFn) -> BuildFn:
-        if name in MODELS:
-            raise ValueError(f"model {name!r} is already registered")
-        MODELS[name] = ModelSpec(name=name, Config=Config, build=build, validate_config=validate_config)
+        add("model", MODELS, name, ModelSpec(name=name, Config=Config, build=build, validate_config=validate_config),
+            getattr(build, "__module__", None))
         return build
 
     return deco

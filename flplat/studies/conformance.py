@@ -189,7 +189,7 @@ def compare_histories(got: Sequence[dict], want: Sequence[dict], rel: float = 0.
 def check_registry(t: Target) -> Result:
     from omegaconf import OmegaConf
 
-    from flplat.algorithms.base import Strategy
+    from flplat.api import Strategy
 
     cls = t.cls
     if not (isinstance(cls, type) and issubclass(cls, Strategy)):

@@ -35,8 +35,8 @@ def evaluate_run(run_id: str, which: str = "global", index: int | None = None, o
 
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
-    from flplat.engine.state import derive_seed
     from flplat.metrics.evaluation import summarize
+    from flplat.protocol.seeding import derive_seed
     from flplat.tracking.models import build_saved, download, load_weights
     from flplat.tracking.runs import store_uris
 

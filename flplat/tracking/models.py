@@ -10,7 +10,7 @@ At the end of a finished run (``tracking.log_models=true``, the default) the cal
   end (``Strategy.eval_weights``), ``(K, P)`` in ``federation.client_state_dtype`` -- read row by row from the
   compact client store, so it is as large as that store.
 
-Weights are flat vectors in the platform's layout (:class:`flplat.engine.state.ParamLayout`: the floating-point
+Weights are flat vectors in the platform's layout (:class:`flplat.protocol.state.ParamLayout`: the floating-point
 ``state_dict`` entries in order); :func:`build_saved` rebuilds the network and copies one vector in
 (:func:`flplat.tracking.runs.load_model`, public as ``flplat.load_model``, does both for a run id).
 """
@@ -119,10 +119,13 @@ def load_weights(client, run_id: str, which: str = "global", index: int | None =
 
 
 def build_saved(weights: torch.Tensor, arch: dict[str, Any]) -> torch.nn.Module:
-    """The network described by ``arch`` holding ``weights``, in eval mode on the CPU."""
-    from flplat.engine.state import ParamLayout
+    """The network described by ``arch`` holding ``weights``, in eval mode on the CPU. A plugin's model is found
+    through its entry point or ``$FLPLAT_PLUGINS`` (or import the plugin module first)."""
     from flplat.models import build_model
+    from flplat.plugins import load_plugins
+    from flplat.protocol.state import ParamLayout
 
+    load_plugins()
     net = build_model(OmegaConf.create(arch["model"]), tuple(arch["input_shape"]), int(arch["num_classes"]))
     ParamLayout(net).load(weights)
     return net.eval()

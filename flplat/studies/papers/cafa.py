@@ -29,11 +29,11 @@ def detection(cell: Cell, seed: int, scale: str) -> dict[str, float]:
     """CBCC on one ``cafa`` partition: accuracy, precision, recall, F1 of the IID detection and the chosen k."""
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
-    from flplat.engine.state import derive_seed
     from flplat.experiment import load_config
     from flplat.maths.cafa_weights import cbcc_weights, class_proportions
     from flplat.maths.clustering import silhouette_kmeans
     from flplat.metrics.iid_detection import detection_metrics
+    from flplat.protocol.seeding import derive_seed
 
     cfg = load_config(None, [f"data.name={DETECTION_DATA[scale]}", "partition.name=cafa",
                              f"partition.num_clients={cell.params['clients']}",

@@ -64,9 +64,9 @@ def partition_metrics(dataset: str, k: int, params: dict, seed: int) -> dict[str
         from flplat.config import PartitionConfig
         from flplat.data.datasets import load_dataset
         from flplat.data.partitions import build_federation
-        from flplat.engine.state import derive_seed
         from flplat.experiment import load_config
         from flplat.metrics.noniid import noniid_summary
+        from flplat.protocol.seeding import derive_seed
 
         if dataset not in _DATASETS:
             _DATASETS[dataset] = load_dataset(load_config(None, [f"data.name={dataset}"]).data, derive_seed(0, "data"))

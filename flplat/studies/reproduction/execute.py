@@ -218,7 +218,8 @@ class RayBackend(Backend):
         """Connect on the first runs (nothing to run: no Ray start-up): to ``--address``, else a local instance."""
         ray = self.ray
         if not ray.is_initialized():
-            env = {k: os.environ[k] for k in ("MLFLOW_TRACKING_URI", "PYTHONPATH") if os.environ.get(k)}
+            passed = ("MLFLOW_TRACKING_URI", "PYTHONPATH", "FLPLAT_PLUGINS")  # the store, the code, --plugin modules
+            env = {k: os.environ[k] for k in passed if os.environ.get(k)}
             kw: dict[str, Any] = {"runtime_env": {"env_vars": env}} if env else {}
             if self.remote:
                 ray.init(address=self.address, **kw)

@@ -1,0 +1,82 @@
+"""The public API: everything a plugin (your own algorithm, dataset, model or partition) imports, in one place.
+
+A plugin is a module of your own package that imports these names and registers entries with the decorators;
+flplat imports it in every process it starts (``plugins: [my_pkg.my_algo]`` in a config, ``--plugin MODULE`` on
+the command line, or an entry point of group ``flplat.algorithms`` / ``flplat.datasets`` / ``flplat.models`` /
+``flplat.partitions``; see :mod:`flplat.plugins` and docs/extending.md). The built-in algorithms import the same
+names from here: there is no other way in.
+
+**Algorithms.** Subclass :class:`Strategy` (or :class:`PersonalizedStrategy` / :class:`ClusteredStrategy`), give it
+a ``name`` (the ``algorithm.name`` of configs) and a frozen ``Config`` dataclass whose fields are its
+hyperparameters (``algorithm.KEY`` in configs, checked against the dataclass; checks on values raise
+:class:`ConfigError` with one line naming ``algorithm.KEY`` and the allowed values, e.g. with
+:func:`param_choice` / :func:`check_range`), and decorate it with :func:`register_algorithm`. Each round the
+engine calls ``select`` (clients), ``plan`` (one :class:`ClientPlan` per client: start weights, epochs, extra local
+terms as :class:`LocalHook`), trains the clients and calls ``aggregate`` (the :class:`ClientResult` list ->
+the next :class:`ServerState`); ``eval_weights`` says which model a client uses. Models travel as flat float
+vectors (:class:`ParamLayout`); per-client vectors live in a :class:`ClientStore` (``info.client_store()``).
+Randomness comes from the ``numpy`` generator handed in, or seeds made with :func:`derive_seed`; a strategy never
+loads data, picks devices, seeds global RNGs or logs.
+
+**Datasets.** ``@register_dataset("name")`` on ``fn(cfg: DataConfig, seed: int) -> Dataset``: the whole dataset in
+memory (``x_train`` float32 ``(N, *input_shape)``, ``y_train`` int64 ``(N,)``, optional official test set,
+optional natural client ids and metadata columns; see :class:`Dataset`). ``seed`` is for any sampling the loader
+does. Missing files raise :class:`ConfigError` naming the file.
+
+**Models.** ``@register_model("name", Config)`` on ``build(cfg, input_shape, num_classes) -> SplitModel``:
+``Config`` is a dataclass of the model's hyperparameters (``model.KEY``; it must not have a ``name`` field), the
+model a :class:`SplitModel` (``features`` = body ending in a flat ``(B, D)`` representation, ``head`` = the final
+linear layer), so that head/body methods (FedRep, CReFF, Flux descriptors) work with it.
+
+**Partitions.** ``@register_partition("name")`` on ``fn(labels, cfg, rng) -> list[np.ndarray]``: the pool's
+labels, the :class:`PartitionConfig` (``cfg.num_clients``, and the existing ``partition.*`` keys as parameters) and
+a ``numpy`` generator; one index array per client, pairwise disjoint (see
+:func:`flplat.data.partitions.register_partition`).
+
+**What is stable.** The names in ``__all__`` below, the signatures above, the ``Strategy`` methods and the fields
+of ``ClientPlan`` / ``ClientResult`` / ``EvalResult`` / ``ServerState`` / ``FederationInfo`` / ``Dataset`` keep
+working across minor versions: fields and methods may be added (with defaults that keep old behaviour), none is
+removed or changes meaning without a major version. Everything else (``flplat.engine``, ``flplat.maths``, the
+CLI's internals, module paths other than this one) may change; import from here.
+"""
+
+from __future__ import annotations
+
+from flplat.config import DataConfig, PartitionConfig
+from flplat.data.containers import Dataset
+from flplat.data.datasets import register_dataset
+from flplat.data.partitions import register_partition
+from flplat.errors import ConfigError, check_choice, check_range, param_choice, param_out_of_range
+from flplat.models.base import SplitModel, register_model
+from flplat.protocol.registry import register_algorithm
+from flplat.protocol.seeding import derive_seed
+from flplat.protocol.state import ClientStore, ParamLayout, ServerState
+from flplat.protocol.strategy import (
+    TRUE_M,
+    ClientPlan,
+    ClientResult,
+    ClientView,
+    ClusteredStrategy,
+    EvalResult,
+    FederationInfo,
+    FederationOps,
+    HookContext,
+    LocalHook,
+    NoConfig,
+    PersonalizedStrategy,
+    Strategy,
+    sample_uniform,
+    true_m,
+)
+
+__all__ = [
+    # the strategy protocol
+    "Strategy", "PersonalizedStrategy", "ClusteredStrategy", "NoConfig", "LocalHook", "HookContext", "ClientPlan",
+    "ClientResult", "EvalResult", "ClientView", "FederationOps", "FederationInfo", "ServerState", "ClientStore",
+    "ParamLayout", "derive_seed", "sample_uniform", "true_m", "TRUE_M",
+    # registering
+    "register_algorithm", "register_dataset", "register_model", "register_partition",
+    # data, models, configs
+    "Dataset", "SplitModel", "DataConfig", "PartitionConfig",
+    "ConfigError", "check_choice", "check_range", "param_choice", "param_out_of_range",
+]
