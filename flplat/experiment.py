@@ -248,18 +248,10 @@ def check_tracking(tcfg) -> None:
 
     uri = tcfg.uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
     key = "tracking.uri" if tcfg.uri else ("$MLFLOW_TRACKING_URI" if uri else "tracking.store_dir")
-    if uri.startswith(("http://", "https://")):
-        import urllib.error
-        import urllib.request
+    if uri and not uri.startswith("sqlite:///"):
+        from flplat.tracking.store import check_reachable
 
-        try:
-            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10).close()
-        except urllib.error.HTTPError:
-            return  # it answers (a proxy or an older server without /health): let MLflow talk to it
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise ConfigError(f"{key}={uri!r} is unreachable ({reason}); allowed: a running MLflow server, a "
-                              "sqlite:///PATH, or unset for ./mlruns") from None
+        check_reachable(uri, key)  # a server (http, a database): one short probe
         return
     try:
         _, artifacts = store_uris(tcfg.uri, tcfg.store_dir, tcfg.artifact_root)

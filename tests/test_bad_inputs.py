@@ -19,8 +19,10 @@ def _err(capsys, argv, tmp_path) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("text,words", [("- a\n- b\n", "holds a YAML list"), ("", "is empty"),
-                                        ("42\n", "allowed: a YAML mapping of sections")])
+@pytest.mark.parametrize("text,words", [("- a\n- b\n", "is not a mapping of config keys (it holds a YAML list)"),
+                                        ("", "is empty"),
+                                        ("42\n", "is not a mapping of config keys (it holds a YAML int)"),
+                                        ("just a string\n", "is not a mapping of config keys (it holds a YAML string)")])
 def test_config_file_must_be_a_mapping(tmp_path, capsys, monkeypatch, text, words):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.yaml").write_text(text)

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from flplat.config_io import flatten
 from flplat.errors import ConfigError, first_line
-from flplat.experiment import load_config
+from flplat.experiment import check_tracking, load_config
 from flplat.studies.study_plots import log_study_plots
 from flplat.tracking.meta import ensure_experiment, run_name, run_tags
 
@@ -145,6 +145,8 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     from flplat.experiment import run_or_resume
 
     base = load_config(config, overrides)  # validates the base config before anything is created
+    if base.tracking.enabled:
+        check_tracking(base.tracking)  # an unreachable server: one line, before the study exists
     algo = base.algorithm.name
     space = load_space(space_path, algo)
     for key, spec in space.items():  # every value must be a valid override of the base config, before any trial
@@ -276,6 +278,8 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
     from flplat.experiment import run_or_resume
 
     base = load_config(config, overrides)
+    if base.tracking.enabled:
+        check_tracking(base.tracking)  # an unreachable server: one line, before the sweep's parent run
     cfgs = [load_config(config, [*overrides, f"seed={s}"]) for s in seeds]  # validate all before running
     what = f"{config} {' '.join(overrides)}".strip()
     name = f"{run_name(flatten(base)).rsplit(' seed=', 1)[0]} seeds={','.join(map(str, seeds))}"

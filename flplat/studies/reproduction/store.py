@@ -66,7 +66,9 @@ class Store:
         from mlflow.tracking import MlflowClient
 
         from flplat.tracking.runs import store_uris
+        from flplat.tracking.store import reachable_uri
 
+        reachable_uri(None, store_dir)  # one short probe, before MLflow retries an unreachable server for minutes
         uri, artifacts = store_uris(None, store_dir)
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(experiment)

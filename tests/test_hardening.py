@@ -1,0 +1,153 @@
+"""Issue 22: what a long-running user meets. `flplat ui` leaves no server behind (item 1), every command that opens
+the store fails fast on an unreachable tracking server (2), a run killed outright on this machine is resumed at
+once (3), the last bad inputs (4, also in test_bad_inputs.py), progress of long work and a second Ctrl-C (5), and a
+Ctrl-C that always ends a run (6)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO
+
+from flplat.cli import main
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+ENV.pop("MLFLOW_TRACKING_URI", None)
+QS = str(REPO / "configs" / "quickstart.yaml")
+
+
+# ---------------------------------------------------------------- item 1: the UI server never outlives flplat
+
+def _stat(pid: int):
+    try:
+        raw = open(f"/proc/{pid}/stat", "rb").read().decode(errors="replace")
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2:].split()
+    return int(rest[1]), rest[0], int(rest[19])  # ppid, state, start time
+
+
+def _tree(root: int) -> dict[int, int]:
+    """Living descendants of ``root`` (pid -> start time), from /proc."""
+    kids: dict[int, list[int]] = {}
+    start: dict[int, int] = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit() and (st := _stat(int(p))) is not None and st[1] != "Z":
+            kids.setdefault(st[0], []).append(int(p))
+            start[int(p)] = st[2]
+    out, todo = {}, [root]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out[c] = start[c]
+            todo.append(c)
+    return out
+
+
+def _alive(procs: dict[int, int]) -> dict[int, int]:
+    return {p: s for p, s in procs.items() if (st := _stat(p)) is not None and st[1] != "Z" and st[2] == s}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+# a server like `mlflow ui`: it dies on SIGTERM without stopping its children; one child ignores SIGTERM, one
+# leaves the process group (MLflow starts its jobs with start_new_session), one has a child of its own
+FAKE_SERVER = r"""
+import socket, subprocess, sys
+sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+ignore = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
+nest = [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen(%r); time.sleep(600)" % (sleep,)]
+kids = [subprocess.Popen(sleep), subprocess.Popen(ignore), subprocess.Popen(sleep, start_new_session=True),
+        subprocess.Popen(nest)]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print("serving", flush=True)
+while True:
+    s.accept()[0].close()
+"""
+
+SERVE = "import sys; from flplat.cli.server import serve; sys.exit(serve(sys.argv[1:], grace_s=1.0))"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
+def test_ui_server_group_ends_with_flplat(tmp_path, sig):
+    port = _free_port()
+    (tmp_path / "server.py").write_text(FAKE_SERVER)
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, sys.executable, str(tmp_path / "server.py"), str(port)],
+                            env=ENV, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "serving"
+        deadline = time.time() + 30
+        while len(tree := _tree(proc.pid)) < 5 and time.time() < deadline:  # (server,) 4 kids, a grandchild(, watchdog)
+            time.sleep(0.05)
+        assert len(tree) >= 5, tree
+        assert not _port_is_free(port)
+        if sig == signal.SIGKILL:
+            time.sleep(1.5)  # the watchdog looks at the server's descendants every second
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=30)
+        deadline = time.time() + 15
+        while _alive(tree) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not _alive(tree), f"left running: {_alive(tree)}"
+        assert _port_is_free(port)
+        assert rc == (-9 if sig == signal.SIGKILL else 128 + sig)
+    finally:
+        for p in _alive(_tree(proc.pid)):
+            os.kill(p, signal.SIGKILL)
+        proc.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_flplat_ui_leaves_no_mlflow_server(tmp_path, sig):
+    """The real `flplat ui` (MLflow's server, job runner, huey consumers): nothing left, port free."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "flplat.cli", "ui", "--store-dir", str(tmp_path / "mlruns"),
+                             "--port", str(port)], env=ENV, cwd=tmp_path, stderr=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                import urllib.request
+
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        time.sleep(5)  # the job runner and its consumers start after the server
+        tree = _tree(proc.pid)
+        assert len(tree) >= 2, tree
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        deadline = time.time() + 30
+        while (_alive(tree) or not _port_is_free(port)) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _alive(tree), f"left running: {_alive(tree)}"
+        assert _port_is_free(port)
+    finally:
+        for p in _alive(_tree(proc.pid)):
+            os.kill(p, signal.SIGKILL)
+        proc.kill()
