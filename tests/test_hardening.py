@@ -151,3 +151,48 @@ def test_flplat_ui_leaves_no_mlflow_server(tmp_path, sig):
         for p in _alive(_tree(proc.pid)):
             os.kill(p, signal.SIGKILL)
         proc.kill()
+
+
+# ---------------------------------------------------------------- item 2: an unreachable server, any command
+
+DOWN = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused at once
+SPACE = "fedavg:\n  federation.batch_size: [16, 32]\n"
+
+
+@pytest.mark.parametrize("argv,via_env", [
+    (["table", "--experiment", "x"], True),
+    (["compare", "--experiment", "x", "--no-log"], True),
+    (["runs", "--stale"], True),
+    (["evaluate", "0123456789abcdef"], True),
+    (["ui", "--port", "0"], True),
+    (["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--methods", "FedAvg",
+      "--cells", "digits_k20_low"], True),
+    (["sweep", QS, "--seeds", "0", f"tracking.uri={DOWN}"], False),
+    (["tune", QS, "--space", "s.yaml", "--storage", "sqlite:///o.db", f"tracking.uri={DOWN}"], False),
+])
+def test_unreachable_tracking_server_is_one_line(tmp_path, capsys, monkeypatch, argv, via_env):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(SPACE)
+    if via_env:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", DOWN)
+    else:
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, (rc, err)
+    key = "$MLFLOW_TRACKING_URI" if via_env else "tracking.uri"
+    assert err[0].startswith(f"flplat: error: {key}='{DOWN}' is unreachable ("), err
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+
+
+def test_unreachable_database_server_is_probed(monkeypatch):
+    from flplat.errors import ConfigError
+    from flplat.tracking.store import check_reachable
+
+    with pytest.raises(ConfigError, match=r"tracking.uri='postgresql\+psycopg2://u@127.0.0.1:9/db' is unreachable"):
+        check_reachable("postgresql+psycopg2://u@127.0.0.1:9/db", "tracking.uri", timeout=2)
+    with socket.socket() as s:  # a listening port counts as reachable
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        check_reachable(f"mysql://u@127.0.0.1:{s.getsockname()[1]}/db", "tracking.uri", timeout=2)
+    check_reachable("sqlite:////nowhere/x.db")  # a file: not probed

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -109,12 +108,13 @@ def cmd_ui(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from mlflow.tracking import MlflowClient
-
-    from flplat.tracking.heartbeat import HEARTBEAT_TAG, stale_runs
     from flplat.tracking.store import reachable_uri
 
     uri = reachable_uri(None, args.store_dir)
+    from mlflow.tracking import MlflowClient
+
+    from flplat.tracking.heartbeat import HEARTBEAT_TAG, stale_runs
+
     client = MlflowClient(tracking_uri=uri)
     if args.experiment:
         exp = client.get_experiment_by_name(args.experiment)
@@ -138,10 +138,11 @@ def cmd_runs(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from flplat.studies.evaluate import evaluate_run
     from flplat.tracking.store import reachable_uri
 
     reachable_uri(None, args.store_dir)
+    from flplat.studies.evaluate import evaluate_run
+
     over = list(args.overrides)
     if args.dataset:
         over.append(f"data.name={args.dataset}")
