@@ -196,3 +196,33 @@ def test_unreachable_database_server_is_probed(monkeypatch):
         s.listen()
         check_reachable(f"mysql://u@127.0.0.1:{s.getsockname()[1]}/db", "tracking.uri", timeout=2)
     check_reachable("sqlite:////nowhere/x.db")  # a file: not probed
+
+
+# ---------------------------------------------------------------- item 3: a run whose process is gone is dead
+
+def _run(tags: dict, status: str = "RUNNING", beat_age: float = 1.0):
+    from types import SimpleNamespace
+
+    from flplat.tracking.heartbeat import HEARTBEAT_TAG
+
+    return SimpleNamespace(info=SimpleNamespace(status=status, start_time=time.time() * 1000, run_id="r"),
+                           data=SimpleNamespace(tags={HEARTBEAT_TAG: str(time.time() - beat_age), **tags}))
+
+
+def test_process_gone_on_this_host_makes_a_run_dead_at_once():
+    from flplat.tracking.heartbeat import PID_START_TAG, is_stale, process_gone, process_tags
+    from flplat.tracking.resume import interrupted
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    mine = process_tags(ended.pid)  # recorded while it lives
+    ended.wait()
+    assert process_gone(_run(mine)) and is_stale(_run(mine)) and interrupted(_run(mine))
+    parent = process_tags(os.getppid())  # a living process: the heartbeat decides
+    assert not process_gone(_run(parent)) and not is_stale(_run(parent))
+    assert is_stale(_run(parent, beat_age=3600))
+    reused = {**parent, PID_START_TAG: str(int(parent[PID_START_TAG]) + 1)}  # its pid now held by another process
+    assert process_gone(_run(reused)) and is_stale(_run(reused))
+    elsewhere = {**mine, "flplat.host_id": "another-host|boot|pid:[1]"}  # another machine: heartbeat rule only
+    assert not process_gone(_run(elsewhere)) and not is_stale(_run(elsewhere))
+    assert not is_stale(_run({}))  # runs from before these tags: heartbeat rule only
+    assert not is_stale(_run(mine, status="FINISHED"))

@@ -246,7 +246,10 @@ def _parent_run(cfg, name: str, kind: str, description: str = "", identity: str 
         reopened = reopen_parent(client, exp_id, key, kind)
         if reopened:
             return reopened
-    tags = {**run_tags(flatten(cfg)), "flplat.kind": kind, **({STUDY_KEY_TAG: key} if key else {})}
+    from flplat.tracking.heartbeat import process_tags
+
+    tags = {**run_tags(flatten(cfg)), "flplat.kind": kind, **({STUDY_KEY_TAG: key} if key else {}),
+            **process_tags()}  # this process owns the parent: once it is gone here, the parent is re-opened at once
     tags.pop("seed", None)
     if description:
         tags["mlflow.note.content"] = description
