@@ -226,3 +226,117 @@ def test_process_gone_on_this_host_makes_a_run_dead_at_once():
     assert not process_gone(_run(elsewhere)) and not is_stale(_run(elsewhere))
     assert not is_stale(_run({}))  # runs from before these tags: heartbeat rule only
     assert not is_stale(_run(mine, status="FINISHED"))
+
+
+# ---------------------------------------------------------------- items 5 and 6: Ctrl-C always ends a run
+
+def _interrupted_run(tmp_path, tiny_cfg, callback, rounds=6):
+    """Run the tiny federation tracked in a temporary store with flplat's handlers and ``callback``; returns the
+    exception that ended it, the rounds done and the MLflow run's status."""
+    from mlflow.tracking import MlflowClient
+
+    from flplat.cli.signals import install
+    from flplat.experiment import run
+
+    cfg = tiny_cfg(**{"federation.rounds": rounds, "tracking.enabled": "true",
+                      "tracking.store_dir": str(tmp_path / "mlruns"), "tracking.plots": "false"})
+    restore = install()
+    try:
+        with pytest.raises(KeyboardInterrupt) as e:
+            run(cfg, callbacks=[callback], progress=False)
+    finally:
+        restore()
+    c = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    (r,) = c.search_runs([x.experiment_id for x in c.search_experiments()])
+    return e.value, callback.rounds, r.info.status
+
+
+class _Swallow:
+    """A library that swallows the KeyboardInterrupt of a Ctrl-C that came while it ran (round 1)."""
+
+    def __init__(self):
+        self.rounds = 0
+
+    def on_start(self, orch):
+        pass
+
+    def on_round_end(self, orch, t, metrics):
+        self.rounds = t
+        if t == 1:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)  # the handler raises here
+            except KeyboardInterrupt:
+                pass
+
+    def on_end(self, orch, status):
+        pass
+
+
+def test_swallowed_ctrl_c_still_ends_the_run(tmp_path, tiny_cfg):
+    _, rounds, status = _interrupted_run(tmp_path, tiny_cfg, _Swallow())
+    assert rounds == 1 and status == "KILLED"  # it ended at the next round, not after round 6
+
+
+class _CtrlCAtStart(_Swallow):
+    def on_start(self, orch):  # after the MLflow run was created (the tracker starts first)
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_the_run_starts_ends_it_killed(tmp_path, tiny_cfg):
+    _, rounds, status = _interrupted_run(tmp_path, tiny_cfg, _CtrlCAtStart())
+    assert rounds == 0 and status == "KILLED"  # not left RUNNING
+
+
+PROBE = r"""
+import hashlib, signal, sys, threading, time
+from flplat.cli.signals import install
+install()
+mode = sys.argv[1]
+if mode == "c-call":  # the main thread inside a long C call: the handler cannot run before it returns
+    print("ready", flush=True)
+    hashlib.pbkdf2_hmac("sha256", b"x", b"y", 10**9)
+elif mode == "cleanup":  # the first Ctrl-C's cleanup blocks
+    try:
+        print("ready", flush=True)
+        time.sleep(60)
+    finally:
+        time.sleep(60)
+elif mode == "thread":  # the signal goes to another thread while the main one waits on a lock
+    lock = threading.Lock()
+    lock.acquire()
+    def other():
+        print("ready", flush=True)
+        time.sleep(0.3)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        time.sleep(60)
+    threading.Thread(target=other, daemon=True).start()
+    try:
+        lock.acquire()
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("mode,signals,rcs", [("c-call", 2, (130,)), ("cleanup", 2, (-2, 130)),
+                                              ("thread", 0, (130,))])
+def test_ctrl_c_ends_a_stuck_process(mode, signals, rcs):
+    p = subprocess.Popen([sys.executable, "-c", PROBE, mode], env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        for _ in range(signals):
+            time.sleep(0.3)
+            p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=20) in rcs
+    finally:
+        p.kill()
+
+
+@pytest.mark.slow
+def test_sigint_at_many_points_of_a_run_always_ends_it():
+    """tools/sigint_stress.py: SIGINT at start-up, mid-round, during the tracking writes; each run ends (exit 130)
+    within 40 s and is KILLED in the store (or was not created yet)."""
+    for args in (["--delays", "0.5,2,4,6,8"], ["--after-round", "1", "--delays", "0,0.03,0.06,0.1,0.15,0.2,0.3"]):
+        p = subprocess.run([sys.executable, str(REPO / "tools" / "sigint_stress.py"), "--limit", "40", *args],
+                           env=ENV, capture_output=True, text=True, timeout=1200)
+        assert p.returncode == 0, p.stdout + p.stderr

@@ -8,9 +8,10 @@ A run killed outright (SIGKILL, power cut, lost node) stays RUNNING in the store
 (:func:`stale_after_s`): a few missed beats, plus a margin for a slow or locked store and clocks that differ between
 machines -- or at once, when the process that owns the run is gone on this machine (:func:`process_gone`: the run
 records its host, pid and the process's start time, tags ``flplat.host``, ``flplat.host_id``, ``flplat.pid``,
-``flplat.pid_start``; a process found on another machine keeps the heartbeat rule). The run writes its own threshold in the tag ``flplat.stale_after_s`` when its heartbeat starts, and every
-check reads it from there (:func:`stale_after`; runs older than that tag: the rule on their ``flplat.heartbeat_s``
-tag with the default beats and margin). All the places that judge a run by its heartbeat use this rule:
+``flplat.pid_start``; a process found on another machine keeps the heartbeat rule). The run writes its own
+threshold in the tag ``flplat.stale_after_s`` when its heartbeat starts, and every check reads it from there
+(:func:`stale_after`; runs older than that tag: the rule on their ``flplat.heartbeat_s`` tag with the default beats
+and margin). All the places that judge a run by its heartbeat use this rule:
 ``flplat runs --stale``, ``flplat run --resume`` (refused while the run is not stale, unless ``--force``), the
 studies' resume of their interrupted runs (:mod:`flplat.tracking.resume`) and the grace period of Optuna's trial
 heartbeat (:func:`optuna_heartbeat`, :func:`flplat.studies.tuning.make_storage`).
