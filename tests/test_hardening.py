@@ -296,12 +296,16 @@ mode = sys.argv[1]
 if mode == "c-call":  # the main thread inside a long C call: the handler cannot run before it returns
     print("ready", flush=True)
     hashlib.pbkdf2_hmac("sha256", b"x", b"y", 10**9)
-elif mode == "cleanup":  # the first Ctrl-C's cleanup blocks
+elif mode == "cleanup":  # the first Ctrl-C's cleanup blocks, and would swallow another KeyboardInterrupt
     try:
         print("ready", flush=True)
         time.sleep(60)
     finally:
-        time.sleep(60)
+        for _ in range(600):
+            try:
+                time.sleep(0.1)
+            except KeyboardInterrupt:
+                pass
 elif mode == "thread":  # the signal goes to another thread while the main one waits on a lock
     lock = threading.Lock()
     lock.acquire()
