@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,6 +162,16 @@ def public_inputs(data: FederatedData) -> torch.Tensor | None:
     return data.x_global_test if data.public_indices is None else data.x_global_test[data.public_indices]
 
 
+def eta(seconds: float) -> str:
+    """A time left for progress lines: ``42s``, ``3m05s``, ``2h07m``."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 class ProgressCallback(Callback):
     """A tqdm bar over rounds on stderr with the latest accuracy and loss."""
 
@@ -170,8 +181,10 @@ class ProgressCallback(Callback):
         self.bar = tqdm(total=total, desc=desc, unit="round", file=sys.stderr, dynamic_ncols=True,
                         disable=None)  # None: disabled when stderr is not a terminal
         self.plain = self.bar.disable
+        self.t0, self.done = time.perf_counter(), 0
 
     def on_round_end(self, orch, round, metrics):
+        self.done += 1
         post = {"loss": f"{metrics['train_loss']:.4f}"}
         if "global_accuracy" in metrics:
             post["acc"] = f"{metrics['global_accuracy']:.4f}"
@@ -179,8 +192,9 @@ class ProgressCallback(Callback):
         self.bar.update(1)
         if self.plain:  # not a terminal (CI, logs): one line per round instead of a bar
             text = " ".join(f"{k}={v}" for k, v in post.items())
-            print(f"[round {round}/{orch.rounds}] {text} time={metrics['round_time_s']:.2f}s", file=sys.stderr,
-                  flush=True)
+            left = (orch.rounds - round) * (time.perf_counter() - self.t0) / self.done
+            print(f"[round {round}/{orch.rounds}] {text} time={metrics['round_time_s']:.2f}s left={eta(left)}",
+                  file=sys.stderr, flush=True)
 
     def on_end(self, orch, status):
         self.bar.close()

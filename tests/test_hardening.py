@@ -344,3 +344,16 @@ def test_sigint_at_many_points_of_a_run_always_ends_it():
         p = subprocess.run([sys.executable, str(REPO / "tools" / "sigint_stress.py"), "--limit", "40", *args],
                            env=ENV, capture_output=True, text=True, timeout=1200)
         assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_tau_search_reports_its_progress():
+    import numpy as np
+
+    from flplat.maths.clustering import silhouette_kmeans
+
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    calls = []
+    res = silhouette_kmeans(X, k_max=12, n_init=1, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(n, 11) for n in range(1, 12)]  # j = 2..12: one call per candidate, the last says done
+    same = silhouette_kmeans(X, k_max=12, n_init=1)
+    assert res.k == same.k and res.scores == same.scores  # the result does not depend on it

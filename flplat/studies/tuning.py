@@ -196,12 +196,40 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
             trial.set_user_attr("mlflow_run_id", run_id)
         return summary.metrics[objective_key]
 
+    steps = _Steps("tune", n_trials)
+
+    def trial_done(study, trial) -> None:
+        value = f"{objective_key}={trial.value:.4f}" if trial.value is not None else trial.state.name
+        steps.step(f"trial {trial.number} {value}")
+
     with _ending(lambda status: parent and _finish_parent(base, parent, study, status)):
         if n_trials > 0:
-            study.optimize(objective, n_trials=n_trials)
+            study.optimize(objective, n_trials=n_trials, callbacks=[trial_done])
     best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
     return {"study": name, "trials": len(study.trials), "best_params": best.params if best else None,
             "best_value": best.value if best else None, "objective": objective_key}
+
+
+class _Steps:
+    """One line per finished step of a study on stderr: done / total, elapsed and an estimate of the time left
+    (steps skipped because already done count as done, not in the pace)."""
+
+    def __init__(self, what: str, total: int):
+        import time
+
+        self.what, self.total, self.done, self.ran, self.t0 = what, total, 0, 0, time.perf_counter()
+
+    def step(self, text: str, ran: bool = True) -> None:
+        import time
+
+        from flplat.experiment import eta
+
+        self.done += 1
+        self.ran += ran
+        el = time.perf_counter() - self.t0
+        left = f", about {eta((self.total - self.done) * el / self.ran)} left" if self.ran else ""
+        print(f"flplat {self.what}: [{self.done}/{self.total}] {text}; elapsed {eta(el)}{left}", file=sys.stderr,
+              flush=True)
 
 
 @contextlib.contextmanager
@@ -303,6 +331,7 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
                 client.log_metric(parent, f"{key}_std", statistics.pstdev(vals))
         client.set_terminated(parent, status)
 
+    steps = _Steps("sweep", len(seeds))
     with _ending(finish):
         for s, cfg in zip(seeds, cfgs):
             if parent:
@@ -312,9 +341,12 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
                     print(f"flplat sweep: seed {s} already finished (run {done[0]}), not trained again",
                           file=sys.stderr)
                     out.append({"seed": s, **done[1]})
+                    steps.step(f"seed {s} (finished before)", ran=False)
                     continue
             summary, _ = run_or_resume(cfg, progress=progress)
             out.append({"seed": s, **summary.metrics})
+            acc = summary.metrics.get("global_accuracy")
+            steps.step(f"seed {s}" + (f" global_accuracy={acc:.4f}" if acc is not None else ""))
     return out
 
 
