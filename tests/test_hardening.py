@@ -357,3 +357,42 @@ def test_tau_search_reports_its_progress():
     assert calls == [(n, 11) for n in range(1, 12)]  # j = 2..12: one call per candidate, the last says done
     same = silhouette_kmeans(X, k_max=12, n_init=1)
     assert res.k == same.k and res.scores == same.scores  # the result does not depend on it
+
+
+FORK_PROBE = r"""
+import os, signal, sys, time
+from flplat.cli.signals import install
+install()
+kids = []
+for _ in range(3):  # like a grid's forked workers: the terminal's Ctrl-C reaches them too
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(30)
+        except KeyboardInterrupt:
+            pass
+        os._exit(0)
+    kids.append(pid)
+print("ready", flush=True)
+try:
+    time.sleep(30)
+except KeyboardInterrupt:
+    time.sleep(1.5)  # the first Ctrl-C's cleanup: not cut short by the workers' signals
+    for k in kids:
+        os.waitpid(k, 0)
+    print("cleaned up", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_workers_ctrl_c_is_not_a_second_one():
+    p = subprocess.Popen([sys.executable, "-c", FORK_PROBE], env=ENV, stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        os.killpg(p.pid, signal.SIGINT)  # the terminal's Ctrl-C: to the whole process group
+        out, _ = p.communicate(timeout=20)
+        assert p.returncode == 130 and "cleaned up" in out
+    finally:
+        p.kill()

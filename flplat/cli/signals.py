@@ -74,6 +74,19 @@ def _watch(fd: int, main_ident: int) -> None:
             pass
 
 
+def _forked_child() -> None:
+    """A forked process (a grid's worker, a data loader's) must not write its signals into the parent's wakeup pipe:
+    the terminal's Ctrl-C reaches every process of the group, and the parent's watcher would count each worker's as
+    a second Ctrl-C."""
+    try:
+        signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):
+        pass
+
+
+_AT_FORK = []
+
+
 def install():
     """Install the handlers (main thread only); returns a function that puts back what was there."""
     if threading.current_thread() is not threading.main_thread():
@@ -91,6 +104,9 @@ def install():
         os.close(r)
         os.close(w)
     else:
+        if not _AT_FORK and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_forked_child)
+            _AT_FORK.append(True)
         threading.Thread(target=_watch, args=(r, threading.main_thread().ident), name="flplat-signals",
                          daemon=True).start()
 
