@@ -397,6 +397,19 @@ def dotlist(overrides) -> DictConfig:
     return OmegaConf.from_dotlist(fixed)
 
 
+def _yaml_kind(path: Path) -> str | None:
+    """None when the YAML document at ``path`` is a mapping (or empty), else what it is: list, str, int, ..."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except Exception:  # OmegaConf read it: a tag safe_load does not know; leave the judgement to OmegaConf
+        return None
+    if doc is None or isinstance(doc, dict):
+        return None
+    return {"str": "string", "NoneType": "null"}.get(type(doc).__name__, type(doc).__name__)
+
+
 def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
     """Merge the schema defaults, an optional YAML file and ``dotted.key=value`` overrides (not yet validated:
     :func:`flplat.experiment.load_config` parses and validates)."""
@@ -409,13 +422,18 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
                               "pass a YAML file such as configs/quickstart.yaml")
         try:
             loaded = OmegaConf.load(p)
-        except Exception as e:  # yaml errors
+        except Exception as e:  # yaml errors (and a bare number: OmegaConf refuses to load it)
+            kind = _yaml_kind(p)
+            if kind is not None:
+                raise ConfigError(f"config file {str(path)!r} is not a mapping of config keys (it holds a YAML "
+                                  f"{kind}); allowed: a mapping of sections (seed, data, partition, model, algorithm, "
+                                  "...)") from None
             raise ConfigError(f"config file {str(path)!r} is not valid YAML: {first_line(e)}; allowed: a YAML "
                               "mapping of sections (seed, data, partition, model, algorithm, ...)") from None
-        if not isinstance(loaded, DictConfig):
-            kind = type(loaded).__name__.replace("Config", "").lower()
-            raise ConfigError(f"config file {str(path)!r} holds a YAML {kind}; allowed: a mapping of sections "
-                              "(seed, data, partition, model, algorithm, ...)")
+        kind = _yaml_kind(p) if isinstance(loaded, DictConfig) else type(loaded).__name__.replace("Config", "").lower()
+        if kind is not None:  # (OmegaConf reads a bare scalar `just a string` as the key {'just a string': None})
+            raise ConfigError(f"config file {str(path)!r} is not a mapping of config keys (it holds a YAML {kind}); "
+                              "allowed: a mapping of sections (seed, data, partition, model, algorithm, ...)")
         if len(loaded) == 0:
             raise ConfigError(f"config file {str(path)!r} is empty; allowed: a mapping of sections such as "
                               "configs/quickstart.yaml (or no file: `flplat run` needs one, overrides go after it)")

@@ -20,6 +20,21 @@ class Terminated(KeyboardInterrupt):
     (KILLED, artifacts and a checkpoint written); the CLI exits 143."""
 
 
+# SIGINT / SIGTERM received by this process and not yet ended by (flplat.cli.signals installs the handlers): the
+# round loop raises the interrupt again at its next safe point when the first one was swallowed on its way
+# (raised inside a finaliser, a weakref callback or a library's `except BaseException`)
+STOP_SIGNALS: list[int] = []
+
+
+def raise_if_stopped() -> None:
+    """Raise :class:`KeyboardInterrupt` (SIGINT) or :class:`Terminated` (SIGTERM) when one came and was swallowed:
+    a Ctrl-C always ends the run at its next round or client."""
+    if STOP_SIGNALS:
+        import signal
+
+        raise Terminated() if STOP_SIGNALS[0] == signal.SIGTERM else KeyboardInterrupt()
+
+
 class RunFailed(RuntimeError):
     """A run that cannot go on (one-line reason): the MLflow run ends FAILED, the CLI prints the line, exit 1."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -185,6 +186,16 @@ def public_inputs(data: FederatedData) -> torch.Tensor | None:
     return data.x_global_test if data.public_indices is None else data.x_global_test[data.public_indices]
 
 
+def eta(seconds: float) -> str:
+    """A time left for progress lines: ``42s``, ``3m05s``, ``2h07m``."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 class ProgressCallback(Callback):
     """A tqdm bar over rounds on stderr with the latest accuracy and loss."""
 
@@ -194,8 +205,10 @@ class ProgressCallback(Callback):
         self.bar = tqdm(total=total, desc=desc, unit="round", file=sys.stderr, dynamic_ncols=True,
                         disable=None)  # None: disabled when stderr is not a terminal
         self.plain = self.bar.disable
+        self.t0, self.done = time.perf_counter(), 0
 
     def on_round_end(self, orch, round, metrics):
+        self.done += 1
         post = {"loss": f"{metrics['train_loss']:.4f}"}
         if "global_accuracy" in metrics:
             post["acc"] = f"{metrics['global_accuracy']:.4f}"
@@ -203,8 +216,9 @@ class ProgressCallback(Callback):
         self.bar.update(1)
         if self.plain:  # not a terminal (CI, logs): one line per round instead of a bar
             text = " ".join(f"{k}={v}" for k, v in post.items())
-            print(f"[round {round}/{orch.rounds}] {text} time={metrics['round_time_s']:.2f}s", file=sys.stderr,
-                  flush=True)
+            left = (orch.rounds - round) * (time.perf_counter() - self.t0) / self.done
+            print(f"[round {round}/{orch.rounds}] {text} time={metrics['round_time_s']:.2f}s left={eta(left)}",
+                  file=sys.stderr, flush=True)
 
     def on_end(self, orch, status):
         self.bar.close()
@@ -272,18 +286,10 @@ def check_tracking(tcfg) -> None:
 
     uri = tcfg.uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
     key = "tracking.uri" if tcfg.uri else ("$MLFLOW_TRACKING_URI" if uri else "tracking.store_dir")
-    if uri.startswith(("http://", "https://")):
-        import urllib.error
-        import urllib.request
+    if uri and not uri.startswith("sqlite:///"):
+        from flplat.tracking.store import check_reachable
 
-        try:
-            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10).close()
-        except urllib.error.HTTPError:
-            return  # it answers (a proxy or an older server without /health): let MLflow talk to it
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise ConfigError(f"{key}={uri!r} is unreachable ({reason}); allowed: a running MLflow server, a "
-                              "sqlite:///PATH, or unset for ./mlruns") from None
+        check_reachable(uri, key)  # a server (http, a database): one short probe
         return
     try:
         _, artifacts = store_uris(tcfg.uri, tcfg.store_dir, tcfg.artifact_root)

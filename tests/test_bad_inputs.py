@@ -19,8 +19,11 @@ def _err(capsys, argv, tmp_path) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("text,words", [("- a\n- b\n", "holds a YAML list"), ("", "is empty"),
-                                        ("42\n", "allowed: a YAML mapping of sections")])
+@pytest.mark.parametrize("text,words", [("- a\n- b\n", "is not a mapping of config keys (it holds a YAML list)"),
+                                        ("", "is empty"),
+                                        ("42\n", "is not a mapping of config keys (it holds a YAML int)"),
+                                        ("just a string\n",
+                                         "is not a mapping of config keys (it holds a YAML string)")])
 def test_config_file_must_be_a_mapping(tmp_path, capsys, monkeypatch, text, words):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.yaml").write_text(text)
@@ -75,3 +78,16 @@ def test_no_test_data_and_too_many_clusters(tiny_cfg):
         prepare(tiny_cfg(**{"partition.train_fraction": 0.999, "partition.test_fraction": 0.001}))
     with pytest.raises(ConfigError, match=r"algorithm.num_clusters=9 is out of range for 6 clients"):
         prepare(tiny_cfg(**{"algorithm.name": "ifca", "algorithm.num_clusters": 9}))
+
+
+def test_noniid_plot_names_the_points_no_partition_can_meet(tmp_path, capsys):
+    # digits (1,797 samples) cannot give 500 clients 10 samples each: every point skipped, exit 2, one line
+    line = _err(capsys, ["noniid-plot", "--clients", "500", "--alphas", "0.01", "--s-values", "", "--seeds", "0",
+                         "--out", str(tmp_path / "n.png")], tmp_path)
+    assert "--clients=500" in line and "alpha=0.01 seed=0" in line
+    assert not (tmp_path / "n.png").exists()
+    # 100 clients: alpha=50 can, alpha=0.01 cannot -> the plot, and the skipped point named
+    assert main(["noniid-plot", "--clients", "100", "--alphas", "0.01,50", "--s-values", "", "--seeds", "0",
+                 "--out", str(tmp_path / "n.png")]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 1 point(s)" in err and "alpha=0.01 seed=0" in err and (tmp_path / "n.png").is_file()

@@ -40,6 +40,10 @@ def _kill_after(args, store, k: int, sig=signal.SIGKILL) -> tuple[int, str]:
     return p.returncode, "".join(seen) + err
 
 
+def _run_id(out: str) -> str:
+    return next(line.split()[2] for line in out.splitlines() if line.startswith("mlflow run:"))
+
+
 def _status(store, run_id: str) -> str:
     from mlflow.tracking import MlflowClient
 
@@ -201,3 +205,19 @@ def test_heartbeat_marks_run_and_parent(tmp_path):
         assert abs(float(c.get_run(r).data.tags[HEARTBEAT_TAG]) - time.time()) < 5
     assert stale_runs(c, [exp]) == []
     assert {r.info.run_id for r in stale_runs(c, [exp], now=time.time() + 3600)} == {parent, child}
+
+
+def test_kill9_resume_at_once_without_force(tmp_path):
+    """Issue 22 item 3: the run records its host, pid and process start time; after a SIGKILL its process is gone
+    on this machine, so `--resume` needs no --force and no waiting for the heartbeat to age (150 s)."""
+    store = tmp_path / "store"
+    args = ["configs/quickstart.yaml", *BASE, "federation.rounds=4", "tracking.experiment=killed"]
+    rc, _ = _kill_after(args, store, 2)
+    assert rc == -signal.SIGKILL
+    killed = _killed_run_id(store, "killed")
+    assert _status(store, killed) == "RUNNING"  # its heartbeat is seconds old
+    res = _cli(["run", "--resume", killed, "--no-progress"], store)
+    out, err = res.communicate(timeout=900)
+    assert res.returncode == 0, err
+    assert _run_id(out) == killed and "resuming run" in err
+    assert _status(store, killed) == "FINISHED"

@@ -281,3 +281,30 @@ def test_sweep_after_sigkill_resumes_stale_runs(tmp_path):
     assert int(cut[1].data.tags["flplat.resumed_1_at_round"]) >= 1
     for s in (0, 1):
         assert _histories(store, cut[s].info.run_id) == _histories(store, ref[s].info.run_id)
+
+
+@pytest.mark.slow
+def test_sweep_right_after_sigkill_resumes_at_once(tmp_path):
+    """Issue 22 item 3: kill -9 of `flplat sweep` in round 2 of its only seed, then the same command at once (the
+    heartbeats are seconds old): the sweep's and the run's process is gone on this machine, so the parent is
+    re-opened and the run continued from its checkpoint, not left alone and restarted."""
+    store = tmp_path / "store"
+    base = ["configs/quickstart.yaml", "data.name=digits", "partition.num_clients=6", "partition.alpha=0.5",
+            "federation.client_fraction=0.5", "federation.local_epochs=1", "fabric.num_threads=1",
+            "tracking.plots=false", "federation.rounds=4", "tracking.experiment=cut"]
+    p = _cli(["sweep", *base, "--seeds", "0", "--progress"], store)
+    for line in p.stderr:
+        if line.startswith("[round 2/"):
+            p.send_signal(signal.SIGKILL)
+            break
+    p.communicate(timeout=600)
+    assert p.returncode == -signal.SIGKILL
+    runs = _runs(store, "cut")
+    assert {r.info.status for r in runs} == {"RUNNING"}
+    killed = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    again = _cli(["sweep", *base, "--seeds", "0"], store)
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    assert f"resuming run {killed.info.run_id}" in err and "re-opening the seed-sweep parent run" in err
+    runs = _runs(store, "cut")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}

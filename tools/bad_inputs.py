@@ -27,6 +27,7 @@ FAST = ["federation.rounds=1", "fabric.num_threads=1", "tracking.plots=false"]
 CASES: list[tuple[str, dict[str, str], list[str], int, str | None]] = [
     ("config is a YAML list", {"c.yaml": "- a\n- b\n"}, ["run", "c.yaml"], 2, None),
     ("config is a YAML scalar", {"c.yaml": "42\n"}, ["run", "c.yaml"], 2, None),
+    ("config is a YAML string", {"c.yaml": "just a string\n"}, ["run", "c.yaml"], 2, None),
     ("empty config file", {"c.yaml": ""}, ["run", "c.yaml"], 2, None),
     ("override federation..rounds=1", {}, ["run", QS, "federation..rounds=1"], 2, None),
     ("override .rounds=1", {}, ["run", QS, ".rounds=1"], 2, None),
@@ -47,6 +48,8 @@ CASES: list[tuple[str, dict[str, str], list[str], int, str | None]] = [
     ("noniid-plot alpha <= 0", {}, ["noniid-plot", "--alphas", "0,-1", "--seeds", "0"], 2, None),
     ("noniid-plot S > 1", {}, ["noniid-plot", "--s-values", "1.5", "--seeds", "0"], 2, None),
     ("noniid-plot --out in a missing dir", {}, ["noniid-plot", "--seeds", "0", "--out", "missing/x.png"], 2, None),
+    ("noniid-plot no partition can meet", {},
+     ["noniid-plot", "--clients", "500", "--alphas", "0.01", "--s-values", "", "--seeds", "0"], 2, None),
     ("table --metric naming nothing", {}, ["table", "--experiment", "quickstart", "--metric", "nope"], 2, None),
     ("table --group-by naming nothing", {}, ["table", "--experiment", "quickstart", "--group-by", "nope.key"], 2,
      None),

@@ -111,27 +111,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _on_sigterm():
     """SIGTERM (kill, timeout, SLURM preemption) raises :class:`~flplat.errors.Terminated` (a KeyboardInterrupt)
-    in the main thread, so a run ends like Ctrl-C: KILLED, artifacts and a checkpoint written, exit 143."""
-    import signal
-    import threading
+    in the main thread, so a run ends like Ctrl-C: KILLED, artifacts and a checkpoint written, exit 143. A second
+    SIGINT / SIGTERM ends the process at once; a swallowed or stuck first one still ends it
+    (:mod:`flplat.cli.signals`). Returns the function that puts the previous handlers back."""
+    from flplat.cli.signals import install
 
-    from flplat.errors import Terminated
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
-        raise Terminated()
-
-    return signal.signal(signal.SIGTERM, handler)
+    return install()
 
 
 def _restore_sigterm(previous) -> None:
     if previous is not None:
-        import signal
-
-        signal.signal(signal.SIGTERM, previous)
+        previous()
 
 
 FULL_EXIT_ENV = "FLPLAT_FULL_EXIT"

@@ -107,7 +107,15 @@ def cmd_noniid_plot(args) -> int:
         raise ConfigError(f"--out={args.out!r}: directory {out_dir} does not exist; allowed: a path in an existing "
                           "directory")
     dataset = load_dataset(cfg.data, derive_seed(0, "data"))
-    curves = noniid_curves(dataset, args.clients, alphas, s_values, seeds)
+    skipped: list[str] = []
+    curves = noniid_curves(dataset, args.clients, alphas, s_values, seeds, skipped=skipped)
+    if not any(curves.values()):
+        raise ConfigError(f"--clients={args.clients}: no partition can meet any point ({', '.join(skipped) or 'none'}"
+                          f": {args.dataset} cannot give {args.clients} clients 10 samples each at these settings); "
+                          "allowed: fewer --clients, larger --alphas / --s-values")
+    if skipped:
+        print(f"flplat: warning: skipped {len(skipped)} point(s) no partition can meet with --clients="
+              f"{args.clients}: {', '.join(skipped)}", file=sys.stderr)
     plot_noniid_curves(curves, args.out)
     print(json.dumps(curves, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)

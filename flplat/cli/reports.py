@@ -49,10 +49,11 @@ def add_compare(sub) -> None:
 
 
 def cmd_table(args) -> int:
-    from flplat.tracking.reports import collect_runs, runs_table
-    from flplat.tracking.store import store_uris
+    from flplat.tracking.store import reachable_uri
 
-    uri, _ = store_uris(None, args.store_dir)
+    uri = reachable_uri(None, args.store_dir)  # one short probe (before MLflow is imported): one line, exit 2
+    from flplat.tracking.reports import collect_runs, runs_table
+
     rows = collect_runs(args.experiment, uri)
     if not rows:
         raise ConfigError(f"--experiment={args.experiment!r} has no finished runs in {uri}")
@@ -79,10 +80,11 @@ def cmd_table(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from flplat.tracking.compare import compare
-    from flplat.tracking.store import store_uris
+    from flplat.tracking.store import reachable_uri
 
-    uri, _ = store_uris(None, args.store_dir)
+    uri = reachable_uri(None, args.store_dir)
+    from flplat.tracking.compare import compare
+
     out = args.out or f"compare_{args.experiment}_{args.metric}.png".replace("/", "_")
     res = compare(args.experiment, uri, args.metric, args.by, out, log=not args.no_log)
     print(res["table"])

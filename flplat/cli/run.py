@@ -56,8 +56,8 @@ def cmd_run(args) -> int:
 
 def _resume(args) -> int:
     from flplat.experiment import resume_checkpoint
-    from flplat.tracking.heartbeat import heartbeat_age, is_stale, stale_after
-    from flplat.tracking.store import store_uris
+    from flplat.tracking.heartbeat import heartbeat_age, is_stale, process_gone, stale_after
+    from flplat.tracking.store import reachable_uri
 
     if args.config and "=" not in args.config:  # (argparse puts a first KEY=VALUE override in `config`)
         raise ConfigError(f"--resume={args.resume} takes no config file ({args.config!r}): the run continues with "
@@ -67,9 +67,13 @@ def _resume(args) -> int:
     if cfg.tracking.enabled and not args.force:
         from mlflow.tracking import MlflowClient
 
-        uri, _ = store_uris(cfg.tracking.uri, cfg.tracking.store_dir)
+        uri = reachable_uri(cfg.tracking.uri, cfg.tracking.store_dir)
         run = MlflowClient(tracking_uri=uri).get_run(args.resume)
-        if run.info.status == "RUNNING" and not is_stale(run):  # the one stale rule (flplat.tracking.heartbeat)
+        if run.info.status == "RUNNING" and process_gone(run):
+            tags = run.data.tags
+            print(f"flplat: run {args.resume} was left RUNNING by process {tags.get('flplat.pid')} on this machine "
+                  f"({tags.get('flplat.host')}), which is gone: resuming it", file=sys.stderr)
+        elif run.info.status == "RUNNING" and not is_stale(run):  # the one stale rule (flplat.tracking.heartbeat)
             raise ConfigError(f"--resume={args.resume}: the run is still alive (heartbeat {heartbeat_age(run):.0f} s "
                               f"ago, stale after {stale_after(run):.0f} s); allowed: a KILLED / FAILED / stale run, "
                               "or add --force")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -80,23 +79,42 @@ def _experiment_links(store_dir: str, base: str) -> list[str]:
     return [f"  {e.name}: {experiment_url(base, e.experiment_id)}" for e in exps]
 
 
+def _port_free(host: str, port: int) -> None:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        raise ConfigError(f"--port={port} on {host} is not free ({e.strerror or e}); allowed: a free port (e.g. "
+                          "--port 5001), or stop the server holding it") from None
+
+
 def cmd_ui(args) -> int:
+    """The MLflow UI, stopped with everything it started when flplat ends (:func:`flplat.cli.server.serve`: its
+    own process group, a parent-death signal and a watchdog), not left holding the port."""
+    from flplat.cli.server import serve
+    from flplat.tracking.store import reachable_uri
+
+    reachable_uri(None, args.store_dir)  # the experiment links and the server need the store: one short probe
+    _port_free(args.host, args.port)
     cmd = ui_command(args.store_dir, args.host, args.port)
     print("running: " + " ".join(cmd), file=sys.stderr)
     links = _experiment_links(args.store_dir, f"http://{args.host}:{args.port}")
     if links:
         print("experiments (runs table and charts):\n" + "\n".join(links), file=sys.stderr)
-    os.execv(cmd[0], cmd)
-    return 0  # not reached
+    return serve(cmd)
 
 
 def cmd_runs(args) -> int:
+    from flplat.tracking.store import reachable_uri
+
+    uri = reachable_uri(None, args.store_dir)
     from mlflow.tracking import MlflowClient
 
     from flplat.tracking.heartbeat import HEARTBEAT_TAG, stale_runs
-    from flplat.tracking.store import store_uris
 
-    uri, _ = store_uris(None, args.store_dir)
     client = MlflowClient(tracking_uri=uri)
     if args.experiment:
         exp = client.get_experiment_by_name(args.experiment)
@@ -120,6 +138,9 @@ def cmd_runs(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    from flplat.tracking.store import reachable_uri
+
+    reachable_uri(None, args.store_dir)
     from flplat.studies.evaluate import evaluate_run
 
     over = list(args.overrides)

@@ -147,7 +147,13 @@ def _cached_arrays(cfg: DataConfig, name: str, sources: Iterable[Path],
             return {f.stem: torch.from_numpy(np.load(f, mmap_mode="c")) for f in sorted(entry.glob("*.npy"))}
         except (OSError, ValueError):  # an unreadable entry: decode again and replace it
             shutil.rmtree(entry, ignore_errors=True)
+    import sys
+    import time
+
+    t0 = time.perf_counter()  # the first build (a minute for the larger sets on a busy machine) says what it does
+    print(f"flplat: decoding {name} once into the cache {entry} (later runs read it)", file=sys.stderr, flush=True)
     arrays = build()
+    print(f"flplat: decoded {name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=root))

@@ -20,6 +20,7 @@ import torch
 from flplat.data.containers import FederatedData
 from flplat.engine.batched_eval import EvalColumns, SplitRows, StackedScorer, columns_from_rows, log_fallback
 from flplat.engine.client import ClientTrainer
+from flplat.errors import raise_if_stopped
 from flplat.protocol.seeding import derive_seed
 from flplat.protocol.strategy import ClientPlan, ClientResult, EvalResult
 
@@ -47,6 +48,10 @@ class LocalExecutor:
         self._stack_buf: torch.Tensor | None = None  # stacked personal models of one vmap group (one evaluation)
         self._eval_fallback_logged = False
 
+    def _train_one(self, job) -> ClientResult:
+        raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt was swallowed on its way ends the run here
+        return self.trainer.train(*job)
+
     def train(self, plans: Sequence[tuple[int, ClientPlan]], round: int,
               groups: Sequence[int] | None = None) -> list[ClientResult]:
         """Train the planned clients. ``groups`` (from :meth:`Strategy.mean_groups`) lets a sharded executor
@@ -54,7 +59,7 @@ class LocalExecutor:
         jobs = [(client, plan, plan.indices if plan.indices is not None else self.data.indices(client, "train"),
                  derive_seed(self.seed, "train", round, client)) for client, plan in plans]
         if self.vectorized is None:
-            return [self.trainer.train(*job) for job in jobs]
+            return [self._train_one(job) for job in jobs]
         reasons = [self.vectorized.reason(plan) for _, plan, _, _ in jobs]
         vec = [i for i, r in enumerate(reasons) if r is None]
         out: list[ClientResult | None] = [None] * len(jobs)

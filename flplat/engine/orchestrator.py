@@ -26,6 +26,7 @@ from flplat.data.containers import FederatedData
 from flplat.engine.batched_eval import EvalColumns, evaluate_shared, shared_model_groups
 from flplat.engine.executor import LazyRequests, LocalExecutor, _softmax_and_labels, request_clients, subset
 from flplat.engine.failures import Diverged, reject_nonfinite
+from flplat.errors import raise_if_stopped
 from flplat.metrics.curves import curve_summary
 from flplat.metrics.evaluation import summarize
 from flplat.metrics.personalized import bucket_accuracy, run_summary
@@ -116,11 +117,14 @@ class Orchestrator:
         else:
             self.state = strategy.init_state(init_weights, rng, ex)
         self.completed_round = self.start_round - 1
-        for cb in self.callbacks:
-            cb.on_start(self)
         status = "FAILED"
+        started: list[Callback] = []
         try:
+            for cb in self.callbacks:  # inside the try: a Ctrl-C while the MLflow run is being created ends it KILLED
+                started.append(cb)  # (before on_start: one interrupted half-way is ended too)
+                cb.on_start(self)
             for t in range(self.start_round, self.rounds + 1):
+                raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt was swallowed on its way ends the run here
                 self.completed_round = None
                 self.state.round = t
                 self.history.append(self._round(t, rng))
@@ -139,8 +143,14 @@ class Orchestrator:
             self.meta["error"] = (str(e).strip().splitlines() or [type(e).__name__])[0][:500]
             raise
         finally:
-            for cb in self.callbacks:
-                cb.on_end(self, status)
+            stopped = None
+            for cb in started:  # every callback ends (the MLflow run too) even when a Ctrl-C comes meanwhile
+                try:
+                    cb.on_end(self, status)
+                except KeyboardInterrupt as e:
+                    stopped = stopped or e
+            if stopped is not None:
+                raise stopped
         return RunSummary(self.history[-1], self.history, self.client_table, self.state, dict(self.final_metrics))
 
     def _summarize_curve(self) -> None:

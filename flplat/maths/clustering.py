@@ -77,17 +77,41 @@ def kmeans(X: np.ndarray, k: int, seed: int = 0, n_init: int = 10) -> tuple[np.n
 def silhouette_kmeans(X: np.ndarray, k_min: int = 2, k_max: int | None = None, seed: int = 0, n_init: int = 10,
                       subsample: int | None = None, rng: np.random.Generator | None = None,
                       nonpositive: str = "one_cluster", tol: float = 1e-12, threads: int | None = 1,
-                      jobs: int = 1) -> SilhouetteSearch:
+                      jobs: int = 1, progress=None) -> SilhouetteSearch:
     """Select tau = argmin{j : s(j) >= max s - tol} over j in ``k_min..min(k_max, K - 1)`` (see the module doc).
 
     ``rng``, when given, supplies the K-means seed and the silhouette subsample instead of ``seed``. ``threads``
     caps the OpenMP/BLAS threads during the search (None: no cap): these problems are too small to gain from
     threads, and on a busy machine OpenMP oversubscription made the search up to 100x slower. ``jobs`` > 1 fits
     the candidates in that many processes (joblib), each single-threaded; the result does not depend on it.
+
+    ``progress(done, total)`` is called after each candidate j (K = 1,000 clients: up to 999 K-means fits, minutes).
+    None: a progress bar with the time left on stderr when there are :data:`PROGRESS_FROM` candidates or more and
+    stderr is a terminal (nothing in logs); the result does not depend on it.
     """
     with threadpool_limits(limits=threads):
         return _search(np.asarray(X, dtype=np.float64), k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol,
-                       int(jobs))
+                       int(jobs), progress)
+
+
+PROGRESS_FROM = 50  # candidates of a τ search from which it shows a progress bar (a terminal only)
+
+
+def _bar(total: int):
+    """A ``progress(done, total)`` drawing a tqdm bar (with the time left) on a terminal; None when not worth it."""
+    if total < PROGRESS_FROM:
+        return None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc="τ search (silhouette)", unit="k", leave=False, disable=None)
+    if bar.disable:  # not a terminal: logs stay clean
+        return None
+
+    def step(done: int, total: int) -> None:
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+    return step
 
 
 def _fit_candidate(X: np.ndarray, j: int, seed: int, n_init: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,7 +119,8 @@ def _fit_candidate(X: np.ndarray, j: int, seed: int, n_init: int) -> tuple[np.nd
         return kmeans(X, j, seed, n_init)
 
 
-def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol, jobs=1) -> SilhouetteSearch:
+def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol, jobs=1, progress=None
+            ) -> SilhouetteSearch:
     if X.ndim != 2 or len(X) == 0:
         raise ValueError(f"X must be a non-empty (K, D) matrix, got shape {X.shape}")
     if not np.isfinite(X).all():
@@ -125,14 +150,14 @@ def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol, job
         fitted = (kmeans(X, j, km_seed, n_init) for j in candidates)
     scores: dict[int, float] = {}
     fits: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for j, (labels, centroids) in zip(candidates, fitted):
-        if labels.max() + 1 < j:
-            continue
+    report = progress if progress is not None else _bar(len(candidates))
+    for n, (j, (labels, centroids)) in enumerate(zip(candidates, fitted), start=1):
         ls = labels if idx is None else labels[idx]
-        if not 2 <= len(np.unique(ls)) <= len(ls) - 1:
-            continue
-        scores[j] = float(silhouette_score(dist, ls, metric="precomputed"))
-        fits[j] = (labels, centroids)
+        if labels.max() + 1 >= j and 2 <= len(np.unique(ls)) <= len(ls) - 1:
+            scores[j] = float(silhouette_score(dist, ls, metric="precomputed"))
+            fits[j] = (labels, centroids)
+        if report is not None:
+            report(n, len(candidates))
 
     def one(reason: str) -> SilhouetteSearch:
         labels, centroids = kmeans(X, 1)

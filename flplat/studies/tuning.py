@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from flplat.config_io import flatten
 from flplat.errors import ConfigError, first_line
-from flplat.experiment import load_config
+from flplat.experiment import check_tracking, load_config
 from flplat.studies.study_plots import log_study_plots
 from flplat.tracking.meta import ensure_experiment, run_name, run_tags
 
@@ -222,10 +222,12 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     (SQLite for workers on one machine; an RDB server or a journal file on a shared filesystem for a cluster)."""
     import optuna
 
-    from flplat.studies.reproduction.execute import LocalBackend, Task
+    from flplat.studies.reproduction.execute import LocalBackend, Progress, Task
 
     backend = backend or LocalBackend(1)
     base = load_config(config, overrides)  # validates the base config before anything is created
+    if base.tracking.enabled:
+        check_tracking(base.tracking)  # an unreachable server: one line, before the study exists
     algo = base.algorithm.name
     space = load_space(space_path, algo)
     for key, spec in space.items():  # every value must be a valid override of the base config, before any trial
@@ -261,7 +263,13 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
 
     with _ending(lambda status: parent and _finish_parent(base, parent, study, status)), backend:
         if n_trials > 0 and backend.name == "local" and backend.workers == 1:
-            study.optimize(objective, n_trials=n_trials)
+            prog = Progress(n_trials, 0)
+
+            def trial_done(study, trial) -> None:  # one line per trial: done / total, elapsed, an estimate of the rest
+                secs = trial.duration.total_seconds() if trial.duration else 0.0
+                prog.line(f"tune trial {trial.number} {trial.state.name.lower()}", secs, trial.value)
+
+            study.optimize(objective, n_trials=n_trials, callbacks=[trial_done])
         elif n_trials > 0:  # workers on the shared storage, each its share of the trials (another sampler seed)
             objective.progress = False
             n_workers = min(n_trials, backend.slots() if hasattr(backend, "slots") else backend.workers)
@@ -323,7 +331,10 @@ def _parent_run(cfg, name: str, kind: str, description: str = "", identity: str 
         reopened = reopen_parent(client, exp_id, key, kind)
         if reopened:
             return reopened
-    tags = {**run_tags(flatten(cfg)), "flplat.kind": kind, **({STUDY_KEY_TAG: key} if key else {})}
+    from flplat.tracking.heartbeat import process_tags
+
+    tags = {**run_tags(flatten(cfg)), "flplat.kind": kind, **({STUDY_KEY_TAG: key} if key else {}),
+            **process_tags()}  # this process owns the parent: once it is gone here, the parent is re-opened at once
     tags.pop("seed", None)
     if description:
         tags["mlflow.note.content"] = description
@@ -373,6 +384,8 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
 
     backend = backend or LocalBackend(1)
     base = load_config(config, overrides)
+    if base.tracking.enabled:
+        check_tracking(base.tracking)  # an unreachable server: one line, before the sweep's parent run
     cfgs = [load_config(config, [*overrides, f"seed={s}"]) for s in seeds]  # validate all before running
     backend.check_shared(base.tracking)
     what = f"{config} {' '.join(overrides)}".strip()
@@ -416,7 +429,7 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
                 continue
             metrics, _, secs = res
             out.append({"seed": task.item, **metrics})
-            if len(tasks) > 1:
+            if len(seeds) > 1:
                 prog.line(f"sweep {task.label}", secs, metrics.get("global_accuracy"))
         out.sort(key=lambda o: seeds.index(o["seed"]))
         backend.raise_failures()

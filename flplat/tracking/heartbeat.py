@@ -6,9 +6,12 @@ A run killed outright (SIGKILL, power cut, lost node) stays RUNNING in the store
     tracking.stale_beats × tracking.heartbeat_s + tracking.stale_margin_s      (default 3 × 30 s + 60 s = 150 s)
 
 (:func:`stale_after_s`): a few missed beats, plus a margin for a slow or locked store and clocks that differ between
-machines. The run writes its own threshold in the tag ``flplat.stale_after_s`` when its heartbeat starts, and every
-check reads it from there (:func:`stale_after`; runs older than that tag: the rule on their ``flplat.heartbeat_s``
-tag with the default beats and margin). All the places that judge a run by its heartbeat use this rule:
+machines -- or at once, when the process that owns the run is gone on this machine (:func:`process_gone`: the run
+records its host, pid and the process's start time, tags ``flplat.host``, ``flplat.host_id``, ``flplat.pid``,
+``flplat.pid_start``; a process found on another machine keeps the heartbeat rule). The run writes its own
+threshold in the tag ``flplat.stale_after_s`` when its heartbeat starts, and every check reads it from there
+(:func:`stale_after`; runs older than that tag: the rule on their ``flplat.heartbeat_s`` tag with the default beats
+and margin). All the places that judge a run by its heartbeat use this rule:
 ``flplat runs --stale``, ``flplat run --resume`` (refused while the run is not stale, unless ``--force``), the
 studies' resume of their interrupted runs (:mod:`flplat.tracking.resume`) and the grace period of Optuna's trial
 heartbeat (:func:`optuna_heartbeat`, :func:`flplat.studies.tuning.make_storage`).
@@ -19,6 +22,7 @@ Light on purpose (no torch, no MLflow import): the CLI imports it.
 from __future__ import annotations
 
 import math
+import os
 import time
 
 from flplat.config import TrackingConfig
@@ -26,6 +30,11 @@ from flplat.config import TrackingConfig
 HEARTBEAT_TAG = "flplat.heartbeat"  # unix time (s) of the last sign of life of a RUNNING run
 HEARTBEAT_INTERVAL_TAG = "flplat.heartbeat_s"
 STALE_AFTER_TAG = "flplat.stale_after_s"  # the run's own threshold (stale_after_s of its config)
+
+HOST_TAG = "flplat.host"  # the host name of the process that owns the run (for people)
+HOST_ID_TAG = "flplat.host_id"  # host name, boot id and pid namespace: the same machine (and pid space) or not
+PID_TAG = "flplat.pid"
+PID_START_TAG = "flplat.pid_start"  # the process's start time, clock ticks since boot (/proc/<pid>/stat field 22)
 
 _DEFAULTS = TrackingConfig()
 DEFAULT_HEARTBEAT_S = float(_DEFAULTS.heartbeat_s)
@@ -50,6 +59,77 @@ def optuna_heartbeat(tracking_cfg=None) -> tuple[int, int]:
     cfg = tracking_cfg if tracking_cfg is not None else _DEFAULTS
     interval = max(1, math.ceil(float(cfg.heartbeat_s)))
     return interval, math.ceil(stale_after_s(interval, cfg.stale_beats, cfg.stale_margin_s))
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks since boot, field 22 of ``/proc/<pid>/stat``): with the pid,
+    it names one process (a pid is reused, never with the same start time). None when there is no such living
+    process (a zombie counts as ended) or no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2:].split()  # the name (field 2) may hold spaces and parentheses
+    return None if rest[0] in ("Z", "X") else int(rest[19])
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def host_id() -> str:
+    """This machine and pid space: host name, boot id (a reboot is another machine: every pid is new) and pid
+    namespace (two containers with one host name do not see each other's pids)."""
+    import socket
+
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = ""
+    return f"{socket.gethostname()}|{_read('/proc/sys/kernel/random/boot_id')}|{ns}"
+
+
+def process_tags(pid: int | None = None) -> dict[str, str]:
+    """The tags that say which process owns a run: this one (or ``pid``) on this machine."""
+    import socket
+
+    pid = os.getpid() if pid is None else pid
+    start = process_start(pid)
+    return {HOST_TAG: socket.gethostname(), HOST_ID_TAG: host_id(), PID_TAG: str(pid),
+            PID_START_TAG: "" if start is None else str(start)}
+
+
+def process_gone(run) -> bool:
+    """The process that owns this run (:func:`process_tags`) ran on this machine and is gone: its pid is absent, or
+    held by another process (another start time). False when the run has no such tags (older runs), or ran on
+    another machine (or before a reboot, or in another pid namespace): there only the heartbeat tells."""
+    tags = run.data.tags
+    if PID_TAG not in tags or tags.get(HOST_ID_TAG) != host_id():
+        return False
+    try:
+        pid = int(tags[PID_TAG])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False
+    start = process_start(pid)
+    if start is None:
+        if os.path.isdir("/proc"):
+            return True
+        try:  # no /proc: whether the pid exists at all
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+    recorded = tags.get(PID_START_TAG, "")
+    return bool(recorded) and recorded != str(start)
 
 
 class Heartbeat:
@@ -83,6 +163,9 @@ class Heartbeat:
     def start(self) -> None:
         for r in self.run_ids:
             self.client.set_tag(r, STALE_AFTER_TAG, f"{self.stale_after:g}")
+        if self.run_ids:  # the run itself belongs to this process (its parent may be another's: a grid's workers)
+            for k, v in process_tags().items():
+                self.client.set_tag(self.run_ids[0], k, v)
         self.beat()
         self._thread.start()
 
@@ -107,9 +190,10 @@ def stale_after(run) -> float:
 
 
 def is_stale(run, now: float | None = None) -> bool:
-    """A RUNNING run that shows no sign of life: heartbeat older than :func:`stale_after`, or no heartbeat at all
-    for that long since its start (runs started before heartbeats existed, or parents whose children all died)."""
-    return run.info.status == "RUNNING" and heartbeat_age(run, now) > stale_after(run)
+    """A RUNNING run that shows no sign of life: its process is gone on this machine (:func:`process_gone`), or
+    its heartbeat is older than :func:`stale_after`, or it has no heartbeat at all for that long since its start
+    (runs started before heartbeats existed, or parents whose children all died)."""
+    return run.info.status == "RUNNING" and (process_gone(run) or heartbeat_age(run, now) > stale_after(run))
 
 
 def stale_runs(client, experiment_ids: list[str], now: float | None = None) -> list:

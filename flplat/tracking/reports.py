@@ -105,10 +105,13 @@ def runs_table(rows: Sequence[dict[str, Any]], kind: str = "accuracy", group_by:
 
 
 def noniid_curves(dataset, num_clients: int, alphas: Sequence[float], s_values: Sequence[float],
-                  seeds: Sequence[int], min_samples: int = 10) -> dict[str, list[dict[str, float]]]:
+                  seeds: Sequence[int], min_samples: int = 10, skipped: list[str] | None = None
+                  ) -> dict[str, list[dict[str, float]]]:
     """WPSI, HD, JSD and EMD (FedArtML's multi-client definitions, the paper's [14]) and the client-to-global
     distances (means over seeds) for each α (Dirichlet) and S (Similarity): the keys of
-    :func:`~flplat.metrics.noniid.noniid_summary`."""
+    :func:`~flplat.metrics.noniid.noniid_summary`. A (point, seed)
+    that no partition can meet (:class:`~flplat.data.partitions.InfeasiblePartitionError`, e.g. 500 clients at
+    α = 0.01) is left out of the means; ``skipped`` (a list) receives one ``"alpha=0.01 seed=0"`` per such pair."""
     from flplat.config import PartitionConfig
     from flplat.data.partitions import InfeasiblePartitionError, build_federation
     from flplat.metrics.noniid import noniid_summary
@@ -122,6 +125,8 @@ def noniid_curves(dataset, num_clients: int, alphas: Sequence[float], s_values: 
                 try:
                     fed = build_federation(dataset, cfg, seed)
                 except InfeasiblePartitionError:
+                    if skipped is not None:
+                        skipped.append(f"{key}={v:g} seed={seed}")
                     continue
                 runs.append(noniid_summary(fed.label_counts("all")))
             if runs:

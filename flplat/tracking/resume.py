@@ -6,7 +6,7 @@ An unfinished run is continued from its checkpoint, replaced, or -- while it sti
 
 from __future__ import annotations
 
-from flplat.tracking.heartbeat import heartbeat_age, is_stale, stale_after
+from flplat.tracking.heartbeat import heartbeat_age, is_stale, process_tags, stale_after
 from flplat.tracking.store import checkpoint_path, open_client, store_uris
 
 CONFIG_KEY_TAG = "flplat.config_key"  # config_key(cfg) of the run (set when the run is created)
@@ -63,6 +63,8 @@ def reopen_parent(client, experiment_id: str, study_key: str, what: str) -> str 
             n = int(r.data.tags.get("flplat.resumed", "0")) + 1
             client.update_run(r.info.run_id, status="RUNNING")
             client.set_tag(r.info.run_id, "flplat.resumed", str(n))
+            for k, v in process_tags().items():  # this process owns it now
+                client.set_tag(r.info.run_id, k, v)
             _say(f"flplat: re-opening the {what} parent run {r.info.run_id} ({r.info.status}); its finished runs are "
                  "kept, its interrupted ones resumed")
             return r.info.run_id

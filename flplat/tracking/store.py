@@ -41,6 +41,67 @@ def store_uris(uri: str | None, store_dir: str = "mlruns", artifact_root: str | 
     return f"sqlite:///{root / SQLITE_NAME}", (root / "artifacts").as_uri()
 
 
+PROBE_TIMEOUT_S = 5.0  # a server that does not answer within this is unreachable (MLflow alone retries ~4 min)
+DB_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433}
+
+
+def uri_key(uri: str | None) -> str:
+    """The name a one-line error gives the store: ``tracking.uri`` when set in the config, else
+    ``$MLFLOW_TRACKING_URI`` when that is set, else ``tracking.store_dir`` (the SQLite store)."""
+    return "tracking.uri" if uri else ("$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI")
+                                       else "tracking.store_dir")
+
+
+def check_reachable(uri: str, key: str = "tracking.uri", timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raise a one-line :class:`~flplat.errors.ConfigError` when the store at ``uri`` does not answer, after one
+    short probe (MLflow alone retries an unreachable server for minutes, then prints a long traceback): an
+    ``http(s)://`` server its ``/health`` page (any HTTP answer counts: a proxy, an older server), a database
+    server (``postgresql://``, ``mysql://``, ``mssql://``, with or without ``+driver``) a TCP connection to its
+    host and port. SQLite and other stores are not probed (a local file: its errors are the file's own)."""
+    from flplat.errors import ConfigError
+
+    allowed = "allowed: a running MLflow server, a sqlite:///PATH, or unset for ./mlruns"
+    if uri.startswith(("http://", "https://")):
+        import urllib.error
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).close()
+        except urllib.error.HTTPError:
+            return  # it answers (a proxy or an older server without /health): let MLflow talk to it
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", e)
+            raise ConfigError(f"{key}={uri!r} is unreachable ({reason}); {allowed}") from None
+        return
+    from urllib.parse import urlsplit
+
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme not in DB_PORTS:
+        return
+    try:
+        parts = urlsplit(uri)
+        host, port = parts.hostname, parts.port or DB_PORTS[scheme]
+    except ValueError as e:
+        raise ConfigError(f"{key}={uri!r} is not a valid database URL ({e}); {allowed}") from None
+    if not host:  # a local socket (postgresql:///db): nothing to probe by TCP
+        return
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise ConfigError(f"{key}={uri!r} is unreachable ({host}:{port}: {e.strerror or e}); allowed: a database "
+                          "server that accepts connections, a sqlite:///PATH, or unset for ./mlruns") from None
+
+
+def reachable_uri(uri: str | None = None, store_dir: str = "mlruns") -> str:
+    """:func:`store_uris`' tracking URI after :func:`check_reachable`: what every command that opens the store
+    (``table``, ``compare``, ``runs``, ``evaluate``, ``ui``, ``reproduce``, ``run --resume``) calls first."""
+    resolved, _ = store_uris(uri, store_dir)
+    check_reachable(resolved, uri_key(uri))
+    return resolved
+
+
 @contextlib.contextmanager
 def _file_lock(path: Path):
     """An exclusive advisory lock on ``path`` (POSIX ``flock``; elsewhere no lock)."""

@@ -93,7 +93,9 @@ class Store:
         from mlflow.tracking import MlflowClient
 
         from flplat.tracking.runs import store_uris
+        from flplat.tracking.store import reachable_uri
 
+        reachable_uri(None, store_dir)  # one short probe, before MLflow retries an unreachable server for minutes
         uri, artifacts = store_uris(None, store_dir)
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(experiment)
@@ -158,12 +160,17 @@ class Store:
     def parent(self, paper: str, table: str, scale: str) -> str:
         name = f"{paper}/{table}@{scale}"
         found = self._search(f"tags.`flplat.reproduce.parent` = '{name}'")
+        from flplat.tracking.heartbeat import process_tags
+
         if found:
             run_id = found[0].info.run_id
             self.client.update_run(run_id, status="RUNNING")
+            for k, v in process_tags().items():  # this process owns it now
+                self.client.set_tag(run_id, k, v)
             return run_id
         return self.client.create_run(self.exp_id, run_name=name, tags={
-            "flplat.kind": "reproduce", "flplat.reproduce.parent": name, "flplat.reproduce.paper": paper}).info.run_id
+            "flplat.kind": "reproduce", "flplat.reproduce.parent": name, "flplat.reproduce.paper": paper,
+            **process_tags()}).info.run_id
 
     def value(self, run_id: str | None, metrics: dict[str, float], metric: str) -> float | None:
         """A run's final ``metric``, or with ``NAME@STEP`` the value of NAME logged at STEP (None: not there)."""
