@@ -111,6 +111,11 @@ class EvalResult:
     num_samples: int
     class_correct: tuple[int, ...] = ()  # per class (by true label): correct predictions ...
     class_total: tuple[int, ...] = ()  # ... and samples (empty where not computed)
+    # multi-label data only (flplat/metrics/multilabel.py): the macro ROC AUC and the (n, C) scores/targets it was
+    # computed from (kept so the orchestrator can pool every client's predictions into global_auroc)
+    auroc: float = float("nan")
+    scores: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
 
     @property
     def accuracy(self) -> float:

@@ -30,12 +30,31 @@ from torch import nn
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, HookContext, LocalHook
 from flplat.engine.state import ParamLayout
+from flplat.metrics.multilabel import macro_auroc
 
 _NVML_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
+def task_loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """The training/evaluation loss: cross-entropy on class indices, or -- multi-label data, y float (B, C) of 0/1 --
+    binary cross-entropy on the logits, averaged over the C labels of a sample (``reduction`` then applies over
+    samples, so ``"none"`` gives one value per sample either way)."""
+    if y.dim() == 2:
+        per = F.binary_cross_entropy_with_logits(logits.float(), y.float(), reduction="none").mean(1)
+        return per if reduction == "none" else per.sum() if reduction == "sum" else per.mean()
+    return F.cross_entropy(logits, y, reduction=reduction)
+
+
+def hits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-sample correctness: argmax == label, or -- multi-label -- every label's prediction (logit > 0) right."""
+    if y.dim() == 2:
+        return ((logits > 0) == (y > 0.5)).all(1)
+    return logits.argmax(1) == y
+
+
 class ClientModule(L.LightningModule):
-    """A client's model: cross-entropy training step plus the plan's extra loss terms."""
+    """A client's model: cross-entropy (multi-label data: binary cross-entropy) training step plus the plan's extra
+    loss terms."""
 
     def __init__(self, net: nn.Module):
         super().__init__()
@@ -48,7 +67,7 @@ class ClientModule(L.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
-        loss = F.cross_entropy(self.net(x), y)
+        loss = task_loss(self.net(x), y)
         for h in self.hooks:
             extra = h.loss(self.hook_ctx)
             if extra is not None:
@@ -225,8 +244,8 @@ class ClientTrainer:
     def score_rows(self, weights: torch.Tensor | None, rows: torch.Tensor, loss_out: torch.Tensor,
                    hit_out: torch.Tensor) -> None:
         """Score one model (None: the loaded one) on the pool rows ``rows`` (a device index tensor) in chunks of
-        ``eval_batch_size``, writing each row's cross-entropy into ``loss_out`` and whether its prediction is right
-        into ``hit_out`` (batched evaluation: :mod:`flplat.engine.batched_eval` sums them per client)."""
+        ``eval_batch_size``, writing each row's loss (:func:`task_loss`) into ``loss_out`` and whether its prediction
+        is right into ``hit_out`` (batched evaluation: :mod:`flplat.engine.batched_eval` sums them per client)."""
         if weights is not None:
             self.layout.load(weights)
         self.module.eval()
@@ -236,8 +255,8 @@ class ClientTrainer:
             with self.fabric.autocast():
                 logits = self.net(self.x.index_select(0, sel))  # index_select: much faster than x[sel] on CPU
             yb = self.y.index_select(0, sel)
-            loss_out[a:a + bs] = F.cross_entropy(logits.float(), yb, reduction="none")
-            torch.eq(logits.argmax(1), yb, out=hit_out[a:a + bs])
+            loss_out[a:a + bs] = task_loss(logits.float(), yb, reduction="none")
+            hit_out[a:a + bs] = hits(logits, yb)
 
     def compute(self, client: int, weights: torch.Tensor | None, indices: np.ndarray, fn, seed: int):
         """Run a strategy's client-side function ``fn(ClientView)`` with ``weights`` on the pool rows ``indices``."""
@@ -266,21 +285,29 @@ class ClientTrainer:
         n = len(idx) if idx is not None else len(y)
         loss_sum = torch.zeros((), device=self.fabric.device)
         correct = torch.zeros((), dtype=torch.long, device=self.fabric.device)
-        c = self.net.head.out_features if hasattr(self.net, "head") else None
+        multilabel = y.dim() == 2
+        c = self.net.head.out_features if hasattr(self.net, "head") and not multilabel else None
         by_class = torch.zeros(2, c or 0, dtype=torch.long, device=self.fabric.device)
+        scores: list[torch.Tensor] = []
         for a in range(0, n, self.eval_batch_size):
             sel = idx[a:a + self.eval_batch_size] if idx is not None else slice(a, a + self.eval_batch_size)
             with self.fabric.autocast():
                 logits = self.net(x[sel])
             yb = y[sel]
-            loss_sum += F.cross_entropy(logits.float(), yb, reduction="sum")
-            hit = logits.argmax(1) == yb
+            loss_sum += task_loss(logits.float(), yb, reduction="sum")
+            hit = hits(logits, yb)
             correct += hit.sum()
             if c:  # per-class counts (Few/Medium/Many accuracy, DA-PFL Table IV)
                 by_class[0] += torch.bincount(yb[hit], minlength=c)
                 by_class[1] += torch.bincount(yb, minlength=c)
+            if multilabel:
+                scores.append(torch.sigmoid(logits.float()).cpu())
         cc, ct = (tuple(v.tolist()) for v in by_class.cpu())
-        return EvalResult(client, float(loss_sum), int(correct), n, cc, ct)
+        if not multilabel:
+            return EvalResult(client, float(loss_sum), int(correct), n, cc, ct)
+        s = torch.cat(scores) if scores else torch.zeros(0, y.shape[1])
+        t = (y[idx] if idx is not None else y).float().cpu()
+        return EvalResult(client, float(loss_sum), int(correct), n, cc, ct, macro_auroc(s, t), s, t)
 
 
 def _to_cpu(obj):
