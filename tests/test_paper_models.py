@@ -4,6 +4,7 @@ Sent140-format files, batch-norm buffers in the flat model vector, and the vecto
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from pathlib import Path
@@ -201,12 +202,13 @@ def test_chexpert_files_train_with_bce_and_report_macro_auroc(isolated: Path, ca
     d = _chexpert_files(isolated / "chex")
     base = ["data.name=chexpert", f"data.root={d}", "data.chexpert.image_size=8", "model.name=resnet9",
             "model.widths=[4,8,8,8]", "partition.name=iid", "partition.num_clients=3",
-            "partition.train_fraction=0.75", "partition.test_fraction=0.25",
+            "partition.train_fraction=0.6", "partition.val_fraction=0.15", "partition.test_fraction=0.25",
             "federation.rounds=2", "federation.local_epochs=1", "federation.batch_size=8", "algorithm.name=fedavg"]
     with caplog.at_level(logging.INFO, logger="flplat"):
         s = _run(base + ["federation.vectorize=true"])
     m = s.metrics
-    for key in ("global_auroc", "mean_local_auroc", "ad_auroc", "sdad_auroc", "global_test_auroc", "global_accuracy"):
+    for key in ("global_auroc", "mean_local_auroc", "ad_auroc", "sdad_auroc", "global_test_auroc", "global_accuracy",
+                "val_auroc"):
         assert key in m and np.isfinite(m[key]), key
     assert 0.0 <= m["global_auroc"] <= 1.0 and m["ad_auroc"] == pytest.approx(1 - m["mean_local_auroc"])
     assert s.client_table["auroc"].shape == (3,)
@@ -242,6 +244,36 @@ def test_sent140_files_train_the_lstm_with_the_vocabulary_filled_in(isolated: Pa
     assert np.isfinite(s.metrics["global_accuracy"]) and np.isfinite(s.metrics["train_loss"])
     with pytest.raises(ConfigError, match="model.vocab_size=3 does not match.*vocabulary of 6 words"):
         prepare(load_config(None, ["tracking.enabled=false", *over, "model.vocab_size=3"]))
+
+
+def test_test_phase_ensemble_of_multi_label_models_uses_sigmoids_and_reports_auroc() -> None:
+    """Flux's test phase for methods without a test-time mechanism (Σ_c n_c/Σn · model_c's output) on multi-label
+    data: the ensemble of per-label probabilities, scored by exact match and by macro ROC AUC."""
+    from types import SimpleNamespace
+
+    from flplat.engine.executor import _softmax_and_labels
+    from flplat.engine.orchestrator import Orchestrator
+    from flplat.engine.state import ServerState
+
+    y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    probs = {0.0: torch.tensor([[0.9, 0.2], [0.2, 0.1], [0.6, 0.3]]),  # model θ_0 = [0]
+             1.0: torch.tensor([[0.1, 0.2], [0.2, 0.9], [0.2, 0.9]])}  # model θ_1 = [1]
+
+    class Ops:
+        def compute(self, requests, fn, split="train", seed=0):
+            return [(probs[float(w[0])], y) for _, w in requests]
+
+    state = ServerState(clusters=torch.tensor([[0.0], [1.0]]), assignment=np.array([0, 0, 0, 1]))
+    stub = SimpleNamespace(state=state, executor=Ops(), strategy=None, data=SimpleNamespace(num_clients=4))
+    aurocs: list[float] = []
+    # 3:1 -> [[.7, .2], [.2, .3], [.5, .45]]: exact match only on row 0 (row 2: 0.5 is not > 0.5) -> 1/3
+    assert Orchestrator._ensemble_accuracy(stub, [4], aurocs) == [pytest.approx(1 / 3)]
+    # label 0: positives .7, .5 vs negative .2 -> 1; label 1: positives .3, .45 vs negative .2 -> 1
+    assert aurocs == [pytest.approx(1.0)]
+    view = SimpleNamespace(net=lambda x: x, x=torch.tensor([[0.0, 2.0]]), y=torch.tensor([[0.0, 1.0]]),
+                           autocast=contextlib.nullcontext)
+    p, _ = _softmax_and_labels(view)
+    assert torch.allclose(p, torch.sigmoid(torch.tensor([[0.0, 2.0]])))  # per-label sigmoid, not a softmax
 
 
 # ---------------------------------------------------------------------------------------------- batch norm
