@@ -270,6 +270,11 @@ def test_test_phase_ensemble_of_multi_label_models_uses_sigmoids_and_reports_aur
     assert Orchestrator._ensemble_accuracy(stub, [4], aurocs) == [pytest.approx(1 / 3)]
     # label 0: positives .7, .5 vs negative .2 -> 1; label 1: positives .3, .45 vs negative .2 -> 1
     assert aurocs == [pytest.approx(1.0)]
+    # known association: the unweighted mean of the training clients' own AUROCs (NaN: a client without one)
+    table = {"accuracy": np.array([0.5, 0.0, np.nan]), "auroc": np.array([0.9, 0.7, np.nan])}
+    known = SimpleNamespace(client_table=table, data=SimpleNamespace(meta={"test_phase": "n/a"}))
+    assert Orchestrator.test_phase(known) == {"known_association_accuracy": 0.25,
+                                              "known_association_auroc": pytest.approx(0.8)}
     view = SimpleNamespace(net=lambda x: x, x=torch.tensor([[0.0, 2.0]]), y=torch.tensor([[0.0, 1.0]]),
                            autocast=contextlib.nullcontext)
     p, _ = _softmax_and_labels(view)
