@@ -219,7 +219,7 @@ def test_chexpert_files_train_with_bce_and_report_macro_auroc(isolated: Path, ca
         _run(base + ["partition.name=dirichlet"])
 
 
-def test_sent140_files_train_the_lstm_with_the_vocabulary_filled_in(isolated: Path, caplog) -> None:
+def test_sent140_files_train_the_lstm_with_the_vocabulary_filled_in(isolated: Path, caplog, monkeypatch) -> None:
     root = isolated / "data"
     _sent140_csv(root / "sent140")
     more = root / "sent140" / "training.1600000.processed.noemoticon.csv"
@@ -238,10 +238,25 @@ def test_sent140_files_train_the_lstm_with_the_vocabulary_filled_in(isolated: Pa
 
     assert flatten(loggable(p.cfg))["model.vocab_size"] == 6  # what MLflow logs
     assert config_key(p.cfg) != config_key(cfg)  # (studies find runs by the written config's hash)
+    import flplat.tracking.runs as runs
+    from flplat.engine.orchestrator import Callback
+    from flplat.experiment import run
+
+    class Tracker(Callback):  # what run() hands MLflow, without a store (the real one: the slow test below)
+        run_id = None
+
+        def __init__(self, tcfg, params, config_yaml, *args):
+            seen.update(params=params, yaml=config_yaml)
+
+    seen: dict = {}
+    monkeypatch.setattr(runs, "MlflowCallback", Tracker)
+    tracked = load_config(None, ["fabric.num_threads=1", f"tracking.store_dir={isolated / 'store'}",
+                                 "federation.vectorize=true", *over])
     with caplog.at_level(logging.INFO, logger="flplat"):
-        s = _run(over + ["federation.vectorize=true"])  # the paper's dropouts, vmap's randomness="different"
+        s, _ = run(tracked, progress=False)  # the paper's dropouts, vmap's randomness="different"
     assert "per-client loop" not in caplog.text
     assert np.isfinite(s.metrics["global_accuracy"]) and np.isfinite(s.metrics["train_loss"])
+    assert seen["params"]["model.vocab_size"] == 6 and "vocab_size: 6" in seen["yaml"]  # logged filled in
     with pytest.raises(ConfigError, match="model.vocab_size=3 does not match.*vocabulary of 6 words"):
         prepare(load_config(None, ["tracking.enabled=false", *over, "model.vocab_size=3"]))
 
@@ -279,6 +294,29 @@ def test_test_phase_ensemble_of_multi_label_models_uses_sigmoids_and_reports_aur
                            autocast=contextlib.nullcontext)
     p, _ = _softmax_and_labels(view)
     assert torch.allclose(p, torch.sigmoid(torch.tensor([[0.0, 2.0]])))  # per-label sigmoid, not a softmax
+
+
+@pytest.mark.slow
+def test_text_model_saved_by_mlflow_rebuilds_with_the_filled_vocabulary(isolated: Path) -> None:
+    """models/model.yaml takes the model section from the logged params, so the run's LSTM loads back."""
+    from mlflow.tracking import MlflowClient
+
+    import flplat
+    from flplat.experiment import load_config, run
+
+    root = isolated / "data"
+    _sent140_csv(root / "sent140")
+    store = isolated / "store"
+    cfg = load_config(None, ["fabric.num_threads=1", f"tracking.store_dir={store}", "tracking.plots=false",
+                             "data.name=sent140", f"data.root={root}", "data.text.max_length=4",
+                             "model.name=sent140_lstm", "partition.name=iid", "partition.num_clients=2",
+                             "partition.train_fraction=0.5", "partition.test_fraction=0.5", "federation.rounds=1",
+                             "algorithm.name=fedavg"])
+    s, run_id = run(cfg, progress=False)
+    assert MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}").get_run(run_id).data.params[
+        "model.vocab_size"] == "6"
+    net = flplat.load_model(run_id, store_dir=str(store))
+    assert torch.equal(torch.cat([p.detach().flatten() for p in net.parameters()]), s.state.weights)
 
 
 # ---------------------------------------------------------------------------------------------- batch norm

@@ -10,8 +10,8 @@ vector like the parameters -- a client trains from the statistics it receives, s
 moved, every aggregation treats them as it treats the weights (FedAvg: the sample-weighted mean), and a model is
 evaluated with the statistics of its vector. This is what the papers' stacks do: Keras' ``get_weights()`` and the
 usual Flower ``state_dict`` exchange carry the moving statistics too. ``layout.is_param`` / ``mask(...,
-params_only=True)`` let a method leave them out where it must (update distances of CFL, DA-PFL, FedAMP, FeSEM;
-FedDyn's correction). ``num_batches_tracked`` stays in the trainer's module: with the default momentum it is
+params_only=True)`` let a method leave them out where it must (model distances and similarities of CFL, DA-PFL,
+FedAMP, FeSEM; FedDyn's correction). ``num_batches_tracked`` stays in the trainer's module: with the default momentum it is
 never read (it would matter only for ``momentum=None``, the cumulative average, which no model here uses).
 tests/test_paper_models.py pins this behaviour.
 """
