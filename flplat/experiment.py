@@ -120,6 +120,16 @@ def check_token_inputs(dataset, model_name: str) -> None:
                       f"with an embedding ({', '.join(text_models) or 'none is registered yet'})")
 
 
+def check_multilabel(dataset, algorithm: str) -> None:
+    """Multi-label data with a method whose own mechanism needs one class per sample (its
+    ``Strategy.multilabel_unsupported`` says why), refused by name; every other method trains with binary
+    cross-entropy through the one loss (:func:`flplat.maths.losses.task_loss`)."""
+    why = getattr(ALGORITHMS.get(algorithm), "multilabel_unsupported", None)
+    if dataset.multilabel and why:
+        raise ConfigError(f"algorithm.name={algorithm!r} cannot train on multi-label data.name={dataset.name!r}: "
+                          f"{why}; allowed: another algorithm")
+
+
 def fill_vocab_size(cfg: DictConfig, dataset) -> DictConfig:
     """``cfg`` with ``model.vocab_size`` set to the dataset's vocabulary size where the model has the key and it is 0
     (the default: "the dataset's"), as a copy -- the returned config is what the run logs (``model.vocab_size`` is
@@ -148,6 +158,7 @@ def prepare(cfg: DictConfig) -> Prepared:
     fabric = build_fabric(cfg.fabric)
     dataset = load_dataset(cfg.data, derive_seed(seed, "data"))
     check_token_inputs(dataset, cfg.model.name)
+    check_multilabel(dataset, cfg.algorithm.name)
     cfg = fill_vocab_size(cfg, dataset)
     data = build_federation(dataset, cfg.partition, derive_seed(seed, "partition"))
     if cfg.partition.test_fraction == 0 and data.x_global_test is None:

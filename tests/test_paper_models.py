@@ -319,6 +319,47 @@ def test_text_model_saved_by_mlflow_rebuilds_with_the_filled_vocabulary(isolated
     assert torch.equal(torch.cat([p.detach().flatten() for p in net.parameters()]), s.state.weights)
 
 
+def test_methods_own_losses_and_flux_descriptors_take_multi_label_targets() -> None:
+    """The multi-model losses (IFCA, FedEM, FeSEM, FedDrift, FedSoft), FedEM's mixture predictor and Flux's
+    label-conditional moments read y (n, C) of 0/1 as labels, not as class probabilities."""
+    from flplat.engine.state import ParamLayout
+    from flplat.maths.flux_descriptors import moments
+    from flplat.maths.multimodel import mixture_correct, sample_losses
+
+    net = build_model({"name": "logreg"}, (2,), 2)
+    lay = ParamLayout(net)
+    models = torch.stack([lay.flatten(), lay.flatten() + 0.5])
+    x, y = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    got = sample_losses(net, lay, models, x, y)
+    for m in range(2):
+        lay.load(models[m])
+        want = torch.nn.functional.binary_cross_entropy_with_logits(net(x), y, reduction="none").mean(1)
+        assert torch.allclose(got[m], want, atol=1e-6)
+    logits = torch.tensor([[[3.0, -3.0], [-3.0, 3.0], [3.0, -3.0]], [[3.0, -3.0], [3.0, -3.0], [3.0, 3.0]]])
+    # mixture 0.5/0.5 of sigmoids: only row 0 (rows 1, 2: label 1 at (σ(-3)+σ(3))/2 = 0.5, not > 0.5 -> wrong)
+    assert mixture_correct(logits, torch.tensor([0.5, 0.5]), y) == 1
+    assert mixture_correct(logits, torch.tensor([0.0, 1.0]), y) == 2  # model 1 alone: rows 0 and 2
+    z = torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]])
+    _, cond, counts = moments(z, y, 2, min_class_samples=2)
+    assert counts.tolist() == [2, 2]
+    assert cond[0].tolist() == [2.0, 3.0, 2.0, 2.0]  # label 0: samples 0 and 2 -> mean (2, 3), std (2, 2)
+    assert cond[1].tolist() == [3.0, 4.0, 1.0, 1.0]  # label 1: samples 1 and 2
+
+
+@pytest.mark.parametrize("algorithm", ["atp", "creff", "fedrc"])
+def test_methods_that_need_one_class_per_sample_refuse_multi_label_data(algorithm: str) -> None:
+    from flplat.data.containers import Dataset
+    from flplat.experiment import check_multilabel
+
+    multi = Dataset(name="chexpert", x_train=torch.zeros(2, 1, 8, 8), y_train=torch.zeros(2, 14), num_classes=14,
+                    multilabel=True)
+    with pytest.raises(ConfigError, match=f"algorithm.name='{algorithm}' cannot train on multi-label"):
+        check_multilabel(multi, algorithm)
+    check_multilabel(multi, "flux")  # Flux Table 59's methods train (BCE through the one loss)
+    single = Dataset(name="digits", x_train=torch.zeros(2, 3), y_train=torch.tensor([0, 1]), num_classes=2)
+    check_multilabel(single, algorithm)
+
+
 # ---------------------------------------------------------------------------------------------- batch norm
 
 

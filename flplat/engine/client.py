@@ -23,33 +23,16 @@ from collections.abc import Sequence
 import lightning as L
 import numpy as np
 import torch
-import torch.nn.functional as F
 from lightning.fabric import Fabric
 from lightning.fabric.plugins.precision import Precision
 from torch import nn
 
 from flplat.algorithms.base import ClientPlan, ClientResult, EvalResult, HookContext, LocalHook
 from flplat.engine.state import ParamLayout
+from flplat.maths.losses import hits, task_loss
 from flplat.metrics.multilabel import macro_auroc
 
 _NVML_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
-
-
-def task_loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """The training/evaluation loss: cross-entropy on class indices, or -- multi-label data, y float (B, C) of 0/1 --
-    binary cross-entropy on the logits, averaged over the C labels of a sample (``reduction`` then applies over
-    samples, so ``"none"`` gives one value per sample either way)."""
-    if y.dim() == 2:
-        per = F.binary_cross_entropy_with_logits(logits.float(), y.float(), reduction="none").mean(1)
-        return per if reduction == "none" else per.sum() if reduction == "sum" else per.mean()
-    return F.cross_entropy(logits, y, reduction=reduction)
-
-
-def hits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per-sample correctness: argmax == label, or -- multi-label -- every label's prediction (logit > 0) right."""
-    if y.dim() == 2:
-        return ((logits > 0) == (y > 0.5)).all(1)
-    return logits.argmax(1) == y
 
 
 class ClientModule(L.LightningModule):

@@ -11,8 +11,9 @@ moved, every aggregation treats them as it treats the weights (FedAvg: the sampl
 evaluated with the statistics of its vector. This is what the papers' stacks do: Keras' ``get_weights()`` and the
 usual Flower ``state_dict`` exchange carry the moving statistics too. ``layout.is_param`` / ``mask(...,
 params_only=True)`` let a method leave them out where it must (model distances and similarities of CFL, DA-PFL,
-FedAMP, FeSEM; FedDyn's correction). ``num_batches_tracked`` stays in the trainer's module: with the default momentum it is
-never read (it would matter only for ``momentum=None``, the cumulative average, which no model here uses).
+FedAMP, FeSEM; FedDyn's correction). ``num_batches_tracked`` stays in the trainer's module: with the default
+momentum it is never read (it would matter only for ``momentum=None``, the cumulative average, which no model here
+uses).
 tests/test_paper_models.py pins this behaviour.
 """
 
