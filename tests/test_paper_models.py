@@ -346,6 +346,29 @@ def test_methods_own_losses_and_flux_descriptors_take_multi_label_targets() -> N
     assert cond[1].tolist() == [3.0, 4.0, 1.0, 1.0]  # label 1: samples 1 and 2
 
 
+def test_apfl_personal_step_uses_binary_cross_entropy_on_multi_label_batches() -> None:
+    """APFL's v-step differentiates the task loss: BCE for y (B, C), not a soft-label cross-entropy."""
+    from flplat.algorithms.apfl import PersonalMixture
+    from flplat.algorithms.base import HookContext
+    from flplat.engine.state import ParamLayout
+
+    torch.manual_seed(0)
+    net = build_model({"name": "logreg"}, (3,), 2)
+    lay = ParamLayout(net)
+    ctx = HookContext(net, lay, list(net.parameters()))
+    x, y = torch.randn(4, 3), torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    w = lay.flatten()
+    hook = PersonalMixture(w.clone(), alpha=0.5, v_lr=0.1, alpha_lr=0.0, adaptive=False)
+    hook.setup(ctx)
+    ctx.batch = (x, y)
+    hook.after_step(ctx)  # v starts at w, so the mixture is w: v <- w - lr * alpha * grad BCE(w)
+    net.zero_grad()
+    torch.nn.functional.binary_cross_entropy_with_logits(net(x), y).backward()
+    want = [p.detach() - 0.1 * 0.5 * p.grad for p in net.parameters()]
+    for got, exp in zip(hook._v, want):
+        assert torch.allclose(got, exp, atol=1e-6)
+
+
 @pytest.mark.parametrize("algorithm", ["atp", "creff", "fedrc"])
 def test_methods_that_need_one_class_per_sample_refuse_multi_label_data(algorithm: str) -> None:
     from flplat.data.containers import Dataset
