@@ -431,3 +431,25 @@ def test_text_models_train_vectorised_like_the_loop(isolated: Path, caplog, mode
     assert "per-client loop" not in caplog.text
     assert vec.metrics["train_loss"] == pytest.approx(loop.metrics["train_loss"], rel=1e-4)
     assert vec.metrics["global_accuracy"] == loop.metrics["global_accuracy"]
+
+
+def test_vectorised_clients_fall_back_for_resnet9_and_run_the_dapfl_cnn() -> None:
+    """ResNet-9's batch norm sends its clients to the loop (the reason names it); DA-PFL's CNN has no batch norm and
+    runs under vmap."""
+    from types import SimpleNamespace
+
+    from lightning.fabric import Fabric
+
+    from flplat.engine.client import ClientTrainer
+    from flplat.engine.vectorized import VectorizedTrainer
+
+    fabric = Fabric(accelerator="cpu", devices=1)
+    opt = SimpleNamespace(name="sgd", lr=0.1, momentum=0.0, weight_decay=0.0)
+    x, y = torch.randn(6, 3, 16, 16), torch.tensor([0, 1, 2, 0, 1, 2])
+
+    def reason(model):
+        trainer = ClientTrainer(fabric, build_model(model, (3, 16, 16), 3), x, y, opt, 2, 1)
+        return VectorizedTrainer(trainer).model_reason
+
+    assert "BatchNorm2d" in reason({"name": "resnet9", "widths": [2, 2, 2, 2]})
+    assert reason({"name": "dapfl_cnn10", "channels": [2, 2], "fc": [4, 4]}) is None
