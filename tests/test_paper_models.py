@@ -296,7 +296,6 @@ def test_test_phase_ensemble_of_multi_label_models_uses_sigmoids_and_reports_aur
     assert torch.allclose(p, torch.sigmoid(torch.tensor([[0.0, 2.0]])))  # per-label sigmoid, not a softmax
 
 
-@pytest.mark.slow
 def test_text_model_saved_by_mlflow_rebuilds_with_the_filled_vocabulary(isolated: Path) -> None:
     """models/model.yaml takes the model section from the logged params, so the run's LSTM loads back."""
     from mlflow.tracking import MlflowClient
@@ -381,6 +380,24 @@ def test_methods_that_need_one_class_per_sample_refuse_multi_label_data(algorith
     check_multilabel(multi, "flux")  # Flux Table 59's methods train (BCE through the one loss)
     single = Dataset(name="digits", x_train=torch.zeros(2, 3), y_train=torch.tensor([0, 1]), num_classes=2)
     check_multilabel(single, algorithm)
+
+
+def test_flplat_evaluate_reports_the_runs_auroc_on_multi_label_data(isolated: Path) -> None:
+    """``flplat evaluate`` on the saved global model of a FedAvg CheXpert run reproduces the run's AUROC keys."""
+    from flplat.experiment import load_config, run
+    from flplat.studies.evaluate import evaluate_run
+
+    d = _chexpert_files(isolated / "chex")
+    store = isolated / "store"
+    cfg = load_config(None, ["fabric.num_threads=1", f"tracking.store_dir={store}", "tracking.plots=false",
+                             "data.name=chexpert", f"data.root={d}", "data.chexpert.image_size=8", "model.name=mlp",
+                             "model.hidden=[8]", "partition.name=iid", "partition.num_clients=3",
+                             "partition.train_fraction=0.75", "partition.test_fraction=0.25", "federation.rounds=2",
+                             "algorithm.name=fedavg"])
+    s, run_id = run(cfg, progress=False)
+    got = evaluate_run(run_id, store_dir=str(store))
+    for key in ("global_auroc", "mean_local_auroc", "ad_auroc", "global_test_auroc", "global_accuracy"):
+        assert got[key] == pytest.approx(s.metrics[key], abs=1e-6), key
 
 
 # ---------------------------------------------------------------------------------------------- batch norm
