@@ -112,6 +112,26 @@ def test_clust_psi_pfl_cifar_cnn_parameter_count_by_hand() -> None:
     assert n_params(m) == trunk + (2048 * 128 + 128 + 2 * 128) + (128 * 10 + 10)
 
 
+@pytest.mark.parametrize("model,shape", [
+    ({"name": "sent140_lstm", "vocab_size": 20, "embedding_dim": 4}, (5,)),
+    ({"name": "amazon_dnn", "vocab_size": 20, "embedding_dim": 4}, (5,)),
+    ({"name": "dapfl_cnn10", "channels": [2, 3], "fc": [4, 4]}, (3, 16, 16)),
+    ({"name": "dapfl_cnn100", "channels": [2, 3], "fc": [4, 4]}, (3, 16, 16)),
+    ({"name": "resnet9", "widths": [2, 2, 2, 2]}, (1, 12, 12)),
+])
+def test_new_models_split_and_train(model: dict, shape: tuple[int, ...]) -> None:
+    """head(features(x)) is the model, latent feeds dense, and a training step reaches every parameter."""
+    torch.manual_seed(0)
+    m = build_model(model, shape, 3)
+    x = torch.randint(1, 20, (4, *shape)) if len(shape) == 1 else torch.randn(4, *shape)
+    m.eval()
+    torch.testing.assert_close(m(x), m.head(m.features.dense(m.latent(x))))
+    m.train()
+    torch.nn.functional.cross_entropy(m(x), torch.tensor([0, 1, 2, 0])).backward()
+    missing = [n for n, p in m.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert missing == [], missing
+
+
 def test_text_models_need_a_vocabulary_and_token_inputs() -> None:
     with pytest.raises(ConfigError, match="model.vocab_size=0 is not set"):
         build_model({"name": "sent140_lstm"}, (6,), 3)
