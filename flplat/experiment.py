@@ -11,6 +11,7 @@ lacks) happens in :func:`prepare`, before any MLflow run exists; :func:`run` the
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import sys
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flplat.algorithms import ALGORITHMS
 from flplat.config import dotlist, parse_config, validate
@@ -96,26 +97,59 @@ class Prepared:
 
 
 def check_token_inputs(dataset, model_name: str) -> None:
-    """Data the rest of the harness cannot take yet, refused by name before it fails deep inside: a text dataset
-    gives int64 token ids (flplat/data/text.py), which a model without an embedding (no ``vocab_size`` in its
-    Config) would meet with a dtype error in its first layer; a multi-label dataset (CheXpert) has y (N, C)."""
+    """Data a model cannot take, refused by name before it fails deep inside: a text dataset gives int64 token ids
+    (flplat/data/text.py), which a model without an embedding (no ``vocab_size`` in its Config) would meet with a
+    dtype error in its first layer; a model with an embedding needs token ids. Multi-label data (CheXpert, y
+    (N, C) of 0/1) is taken: BCE training and macro ROC AUC (see :func:`prepare` and the README)."""
     import dataclasses
 
     from flplat.models.base import MODELS
 
-    if dataset.multilabel:  # until multi-label training (BCE) and macro ROC AUC exist (issue 23 item 2)
-        raise ConfigError(f"data.name={dataset.name!r} is multi-label (y {tuple(dataset.y_train.shape)} of 0/1); the "
-                          "training loop, partitions and metrics take one class label per sample; allowed: a "
-                          "single-label dataset")
-    if dataset.vocab is None or dataset.x_train.is_floating_point():
-        return
     spec = MODELS.get(model_name)
-    if spec is None or "vocab_size" in {f.name for f in dataclasses.fields(spec.Config)}:
+    takes_tokens = spec is not None and "vocab_size" in {f.name for f in dataclasses.fields(spec.Config)}
+    if dataset.vocab is None or dataset.x_train.is_floating_point():
+        if takes_tokens:
+            raise ConfigError(f"model.name={model_name!r} embeds token ids, but data.name={dataset.name!r} gives "
+                              f"float features {tuple(dataset.x_train.shape)}; allowed: a text dataset (sent140, "
+                              "amazon_reviews)")
+        return
+    if spec is None or takes_tokens:
         return
     text_models = sorted(n for n, s in MODELS.items() if "vocab_size" in {f.name for f in dataclasses.fields(s.Config)})
     raise ConfigError(f"model.name={model_name!r} takes float features, but data.name={dataset.name!r} gives int64 "
                       f"token ids {tuple(dataset.x_train.shape)} over {len(dataset.vocab)} words; allowed: a model "
                       f"with an embedding ({', '.join(text_models) or 'none is registered yet'})")
+
+
+def check_multilabel(dataset, algorithm: str) -> None:
+    """Multi-label data with a method whose own mechanism needs one class per sample (its
+    ``Strategy.multilabel_unsupported`` says why), refused by name; every other method trains with binary
+    cross-entropy through the one loss (:func:`flplat.maths.losses.task_loss`)."""
+    why = getattr(ALGORITHMS.get(algorithm), "multilabel_unsupported", None)
+    if dataset.multilabel and why:
+        raise ConfigError(f"algorithm.name={algorithm!r} cannot train on multi-label data.name={dataset.name!r}: "
+                          f"{why}; allowed: another algorithm")
+
+
+def fill_vocab_size(cfg: DictConfig, dataset) -> DictConfig:
+    """``cfg`` with ``model.vocab_size`` set to the dataset's vocabulary size where the model has the key and it is 0
+    (the default: "the dataset's"), as a copy -- the returned config is what the run logs (``model.vocab_size`` is
+    then visible in its params), while the config hash (studies' resume key) stays that of the config as written.
+    A value set by hand must equal the vocabulary size (a smaller embedding would fail on the first large id)."""
+    if dataset.vocab is None or "vocab_size" not in cfg.model:
+        return cfg
+    n = len(dataset.vocab)
+    given = int(cfg.model.vocab_size)
+    if given not in (0, n):
+        raise ConfigError(f"model.vocab_size={given} does not match data.name={dataset.name!r}'s vocabulary of {n} "
+                          f"words; allowed: 0 (filled from the data) or {n}")
+    out = copy.deepcopy(cfg)
+    with open_dict(out):
+        out.model.vocab_size = n
+    if given == 0:
+        log.info("model.vocab_size=%d (the vocabulary of data.name=%s, built on its training split)", n,
+                 dataset.name)
+    return out
 
 
 def prepare(cfg: DictConfig) -> Prepared:
@@ -125,6 +159,8 @@ def prepare(cfg: DictConfig) -> Prepared:
     fabric = build_fabric(cfg.fabric)
     dataset = load_dataset(cfg.data, derive_seed(seed, "data"))
     check_token_inputs(dataset, cfg.model.name)
+    check_multilabel(dataset, cfg.algorithm.name)
+    cfg = fill_vocab_size(cfg, dataset)
     data = build_federation(dataset, cfg.partition, derive_seed(seed, "partition"))
     if cfg.partition.test_fraction == 0 and data.x_global_test is None:
         raise ConfigError("partition.test_fraction=0.0 leaves no test data to evaluate on; allowed: a number in (0, 1)")
@@ -241,7 +277,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         from flplat.tracking.runs import MlflowCallback
 
         sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
-        tracker = MlflowCallback(cfg.tracking, flatten(loggable(cfg)), loggable_yaml(cfg), p.partition_metrics,
+        # p.cfg: the config with what the data fill in (model.vocab_size); the hash below stays the written one's
+        tracker = MlflowCallback(cfg.tracking, flatten(loggable(p.cfg)), loggable_yaml(p.cfg), p.partition_metrics,
                                  p.data.label_counts("all"), sizes)
         if resume is not None:
             tracker.resume_run_id = resume["meta"]["run_id"]

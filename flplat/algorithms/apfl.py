@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.func import functional_call
 
 from flplat.api import ClientPlan, LocalHook, ServerState, Strategy, register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg
+from flplat.maths.losses import task_loss
 
 
 class PersonalMixture(LocalHook):
@@ -62,7 +62,7 @@ class PersonalMixture(LocalHook):
         mixed = [(a * v + (1 - a) * p).requires_grad_(True) for v, p in zip(self._v, w)]
         buffers = {n: b.clone() for n, b in ctx.net.named_buffers()}  # running statistics are not v's to change
         with torch.enable_grad():
-            loss = F.cross_entropy(functional_call(ctx.net, {**dict(zip(self._names, mixed)), **buffers}, (x,)), y)
+            loss = task_loss(functional_call(ctx.net, {**dict(zip(self._names, mixed)), **buffers}, (x,)), y)
             grads = torch.autograd.grad(loss, mixed)
         with torch.no_grad():
             if self.adaptive:

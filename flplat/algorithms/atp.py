@@ -121,6 +121,8 @@ def _adapt_fn(alpha: torch.Tensor, steps: int):
 @register_algorithm
 class ATP(Strategy):
     name = "atp"
+    multilabel_unsupported = ("its unsupervised adaptation minimises a softmax entropy over classes (Flux App. F.4 "
+                              "omits ATP on CheXpert: 'designed for multi-class classification')")
 
     @dataclass(frozen=True)
     class Config:

@@ -49,6 +49,7 @@ def _head_slices(layout) -> tuple[tuple[int, int, tuple], tuple[int, int, tuple]
 @register_algorithm
 class CReFF(Strategy):
     name = "creff"
+    multilabel_unsupported = "it re-trains the classifier on per-class federated features (one class per sample)"
 
     @dataclass(frozen=True)
     class Config:

@@ -39,6 +39,7 @@ from flplat.errors import ConfigError, param_choice, param_out_of_range
 @register_algorithm
 class FedRC(FedEM):
     name = "fedrc"
+    multilabel_unsupported = "its label prior P(y) is over one class label per sample"
     m_key = "num_clusters"
 
     @dataclass(frozen=True)

@@ -91,6 +91,11 @@ class FederatedData:
         return c.all() if split == "all" else getattr(c, split)
 
     @property
+    def multilabel(self) -> bool:
+        """Multi-label data (``Dataset.multilabel``): ``y`` is float (N, C) of 0/1 instead of class indices (N,)."""
+        return self.y.dim() == 2
+
+    @property
     def unseen_ids(self) -> list[int]:
         """Client ids of the unseen (test-only) clients."""
         return list(range(self.num_clients, self.num_clients + len(self.unseen)))
@@ -106,12 +111,17 @@ class FederatedData:
 
     def label_counts(self, split: str = "train") -> np.ndarray:
         """(K, C) matrix of per-client label counts on a split (what clients report to the server); one
-        ``bincount`` over (client, label) cells, not one per client (10,000 clients)."""
+        ``bincount`` over (client, label) cells, not one per client (10,000 clients). Multi-label data: the number
+        of a client's samples positive for each label."""
         y = self.y.numpy() if isinstance(self.y, torch.Tensor) else np.asarray(self.y)
         parts = self._split_indices(split)
         sizes = np.fromiter(map(len, parts), dtype=np.int64, count=self.num_clients)
         if not sizes.sum():
             return np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
         owner = np.repeat(np.arange(self.num_clients, dtype=np.int64), sizes)
+        if y.ndim == 2:  # multi-label: per client, the number of samples positive for each label
+            out = np.zeros((self.num_clients, self.num_classes), dtype=np.int64)
+            np.add.at(out, owner, (y[np.concatenate(parts)] > 0.5).astype(np.int64))
+            return out
         cells = owner * self.num_classes + y[np.concatenate(parts)].astype(np.int64)
         return np.bincount(cells, minlength=self.num_clients * self.num_classes).reshape(self.num_clients, -1)

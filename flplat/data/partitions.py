@@ -191,6 +191,9 @@ def _needs_dataset(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> li
                       "use build_federation")
 
 
+#: protocols that never read the labels (the ones multi-label data can use)
+LABEL_FREE_PARTITIONS = ("iid", "natural", "metadata")
+
 #: protocols that need the whole dataset (features, test set), not only the labels; see build_federation
 DATASET_PARTITIONS = ("pqfed",)
 
@@ -243,6 +246,9 @@ def build_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
     the splits), so changing the split fractions never changes which samples a client holds. The official test
     set (possibly ``None``) becomes the pooled global test set.
     """
+    if cfg.name == "shift" and dataset.multilabel:
+        raise ConfigError(f"partition.name='shift' needs one class per sample, but data.name={dataset.name!r} is "
+                          f"multi-label; allowed: {', '.join(LABEL_FREE_PARTITIONS)}")
     if cfg.name == "shift":  # Flux's shift generators transform the data too (flplat/data/shift_partition.py)
         from flplat.data.shift_partition import build_shift_federation
 
@@ -252,7 +258,13 @@ def build_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
 
         return build_group_federation(dataset, cfg, seed)
     part_ss, split_ss = np.random.SeedSequence(int(seed)).spawn(2)
-    labels = as_labels(dataset.y_train)
+    if dataset.multilabel:  # no single class per sample: only the label-free protocols apply
+        if cfg.name not in LABEL_FREE_PARTITIONS:
+            raise ConfigError(f"partition.name={cfg.name!r} deals samples by their class, but data.name="
+                              f"{dataset.name!r} is multi-label; allowed: {', '.join(LABEL_FREE_PARTITIONS)}")
+        labels = np.zeros(len(dataset.y_train), dtype=np.int64)
+    else:
+        labels = as_labels(dataset.y_train)
     fixed, public, extra = {}, None, {}
     if cfg.name in DATASET_PARTITIONS:  # PQFed's construction (flplat/data/pqfed_partition.py)
         from flplat.data.pqfed_partition import pqfed_partition

@@ -23,11 +23,12 @@ from collections.abc import Sequence
 import lightning as L
 import numpy as np
 import torch
-import torch.nn.functional as F
 from lightning.fabric import Fabric
 from lightning.fabric.plugins.precision import Precision
 from torch import nn
 
+from flplat.maths.losses import hits, task_loss
+from flplat.metrics.multilabel import macro_auroc
 from flplat.protocol.state import ParamLayout
 from flplat.protocol.strategy import ClientPlan, ClientResult, EvalResult, HookContext, LocalHook
 
@@ -35,7 +36,8 @@ _NVML_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 class ClientModule(L.LightningModule):
-    """A client's model: cross-entropy training step plus the plan's extra loss terms."""
+    """A client's model: cross-entropy (multi-label data: binary cross-entropy) training step plus the plan's extra
+    loss terms."""
 
     def __init__(self, net: nn.Module):
         super().__init__()
@@ -48,7 +50,7 @@ class ClientModule(L.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
-        loss = F.cross_entropy(self.net(x), y)
+        loss = task_loss(self.net(x), y)
         for h in self.hooks:
             extra = h.loss(self.hook_ctx)
             if extra is not None:
@@ -230,8 +232,8 @@ class ClientTrainer:
     def score_rows(self, weights: torch.Tensor | None, rows: torch.Tensor, loss_out: torch.Tensor,
                    hit_out: torch.Tensor) -> None:
         """Score one model (None: the loaded one) on the pool rows ``rows`` (a device index tensor) in chunks of
-        ``eval_batch_size``, writing each row's cross-entropy into ``loss_out`` and whether its prediction is right
-        into ``hit_out`` (batched evaluation: :mod:`flplat.engine.batched_eval` sums them per client)."""
+        ``eval_batch_size``, writing each row's loss (:func:`task_loss`) into ``loss_out`` and whether its prediction
+        is right into ``hit_out`` (batched evaluation: :mod:`flplat.engine.batched_eval` sums them per client)."""
         if weights is not None:
             self.layout.load(weights)
         self.module.eval()
@@ -241,8 +243,8 @@ class ClientTrainer:
             with self.fabric.autocast():
                 logits = self.net(self.x.index_select(0, sel))  # index_select: much faster than x[sel] on CPU
             yb = self.y.index_select(0, sel)
-            loss_out[a:a + bs] = F.cross_entropy(logits.float(), yb, reduction="none")
-            torch.eq(logits.argmax(1), yb, out=hit_out[a:a + bs])
+            loss_out[a:a + bs] = task_loss(logits.float(), yb, reduction="none")
+            hit_out[a:a + bs] = hits(logits, yb)
 
     def compute(self, client: int, weights: torch.Tensor | None, indices: np.ndarray, fn, seed: int):
         """Run a strategy's client-side function ``fn(ClientView)`` with ``weights`` on the pool rows ``indices``."""
@@ -271,21 +273,29 @@ class ClientTrainer:
         n = len(idx) if idx is not None else len(y)
         loss_sum = torch.zeros((), device=self.fabric.device)
         correct = torch.zeros((), dtype=torch.long, device=self.fabric.device)
-        c = self.net.head.out_features if hasattr(self.net, "head") else None
+        multilabel = y.dim() == 2
+        c = self.net.head.out_features if hasattr(self.net, "head") and not multilabel else None
         by_class = torch.zeros(2, c or 0, dtype=torch.long, device=self.fabric.device)
+        scores: list[torch.Tensor] = []
         for a in range(0, n, self.eval_batch_size):
             sel = idx[a:a + self.eval_batch_size] if idx is not None else slice(a, a + self.eval_batch_size)
             with self.fabric.autocast():
                 logits = self.net(x[sel])
             yb = y[sel]
-            loss_sum += F.cross_entropy(logits.float(), yb, reduction="sum")
-            hit = logits.argmax(1) == yb
+            loss_sum += task_loss(logits.float(), yb, reduction="sum")
+            hit = hits(logits, yb)
             correct += hit.sum()
             if c:  # per-class counts (Few/Medium/Many accuracy, DA-PFL Table IV)
                 by_class[0] += torch.bincount(yb[hit], minlength=c)
                 by_class[1] += torch.bincount(yb, minlength=c)
+            if multilabel:
+                scores.append(torch.sigmoid(logits.float()).cpu())
         cc, ct = (tuple(v.tolist()) for v in by_class.cpu())
-        return EvalResult(client, float(loss_sum), int(correct), n, cc, ct)
+        if not multilabel:
+            return EvalResult(client, float(loss_sum), int(correct), n, cc, ct)
+        s = torch.cat(scores) if scores else torch.zeros(0, y.shape[1])
+        t = (y[idx] if idx is not None else y).float().cpu()
+        return EvalResult(client, float(loss_sum), int(correct), n, cc, ct, macro_auroc(s, t), s, t)
 
 
 def _to_cpu(obj):

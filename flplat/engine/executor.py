@@ -245,8 +245,11 @@ def subset(requests, positions: Sequence[int]):
 
 
 def _softmax_and_labels(view) -> tuple[torch.Tensor, torch.Tensor]:
-    """Client-side: class probabilities of the loaded model on the client's split, and its labels (for scoring)."""
+    """Client-side: class probabilities of the loaded model on the client's split (multi-label data, y (n, C): each
+    label's sigmoid), and its labels (for scoring)."""
     with view.autocast():
         logits = torch.cat([view.net(view.x[a:a + 1024]) for a in range(0, len(view.x), 1024)]) if len(view.x) \
-            else torch.zeros(0, 1)
+            else torch.zeros(0, view.y.shape[1] if view.y.dim() == 2 else 1)
+    if view.y.dim() == 2:
+        return torch.sigmoid(logits.float()), view.y
     return torch.softmax(logits.float(), dim=1), view.y

@@ -29,6 +29,7 @@ from flplat.engine.failures import Diverged, reject_nonfinite
 from flplat.errors import raise_if_stopped
 from flplat.metrics.curves import curve_summary
 from flplat.metrics.evaluation import summarize
+from flplat.metrics.multilabel import macro_auroc, summarize_auroc
 from flplat.metrics.personalized import bucket_accuracy, run_summary
 from flplat.protocol.seeding import derive_seed
 from flplat.protocol.state import ServerState
@@ -102,6 +103,7 @@ class Orchestrator:
         self.completed_round = 0  # last round whose server state is complete (0: none; None: inside a round)
         self.failures = None  # a flplat.engine.failures.FailureModel (federation.failures), or None
         self._counts: dict[str, np.ndarray] = {}  # per-client train counts, computed once (_train_counts)
+        self._multilabel_logged = False
 
     def _bytes(self, t: torch.Tensor | None) -> int:
         return 0 if t is None else t.numel() * t.element_size()
@@ -206,6 +208,8 @@ class Orchestrator:
         if t == self.rounds and self.data.num_samples("val").sum() > 0:
             val = self.evaluate("val")  # the tuning objective: validation accuracy of the final models
             m.update({"val_accuracy": val["global_accuracy"], "val_loss": val["test_loss"]})
+            if "global_auroc" in val:
+                m["val_auroc"] = val["global_auroc"]
         m["round_time_s"] = time.perf_counter() - t0
         return m
 
@@ -217,25 +221,31 @@ class Orchestrator:
         cluster-size-weighted ensemble of their models. Under a shift whose ``meta["test_phase"]`` says it is not
         applicable (P(Y|X)), no test-phase number is reported."""
         out: dict[str, float] = {}
-        acc = self.client_table.get("accuracy")
-        if acc is not None and np.isfinite(acc).any():
-            out["known_association_accuracy"] = float(np.nanmean(acc))
+        for key in ("accuracy", "auroc"):  # auroc: multi-label data (Flux App. F.4)
+            v = self.client_table.get(key)
+            if v is not None and np.isfinite(v).any():
+                out[f"known_association_{key}"] = float(np.nanmean(v))
         if "test_phase" in self.data.meta:
             return out
         ids = self.data.unseen_ids
         weights = self.strategy.test_time_weights(self.state, self.executor, ids)
+        aurocs: list[float] = []
         if weights is not None:
-            accs = [r.accuracy for r in self.executor.evaluate(list(zip(ids, weights)), "test")]
+            res = self.executor.evaluate(list(zip(ids, weights)), "test")
+            accs, aurocs = [r.accuracy for r in res], [r.auroc for r in res]
         else:
-            accs = self._ensemble_accuracy(ids)
+            accs = self._ensemble_accuracy(ids, aurocs)
         if accs:
             out["test_phase_accuracy"] = float(np.nanmean(accs))
+        if self.data.multilabel and aurocs and np.isfinite(aurocs).any():
+            out["test_phase_auroc"] = float(np.nanmean(aurocs))
         return out
 
-    def _ensemble_accuracy(self, ids: list[int]) -> list[float]:
+    def _ensemble_accuracy(self, ids: list[int], aurocs: list[float] | None = None) -> list[float]:
         """Per unseen client: accuracy of the prediction-level ensemble Σ_c (n_c / Σ n) softmax(f(x; θ_c)), n_c the
         number of training clients in cluster c (single-model methods: the global model; methods with neither:
-        every training client's model, equally weighted)."""
+        every training client's model, equally weighted); multi-label data: of Σ_c (n_c / Σ n) sigmoid(f(x; θ_c))
+        (exact-match accuracy at 0.5), and each one's macro ROC AUC of that ensemble appended to ``aurocs``."""
         st = self.state
         if st.clusters is not None and st.assignment is not None:
             a = np.asarray(st.assignment)
@@ -255,8 +265,13 @@ class Orchestrator:
             for q, (p, y) in zip(ids, res):
                 probs[q] = probs.get(q, 0) + p * (coef / total)
                 labels[q] = y
-        return [float((probs[q].argmax(1) == labels[q]).double().mean()) if len(labels[q]) else float("nan")
-                for q in ids]
+        if not ids or labels[ids[0]].dim() == 1:
+            return [float((probs[q].argmax(1) == labels[q]).double().mean()) if len(labels[q]) else float("nan")
+                    for q in ids]
+        if aurocs is not None:  # multi-label: probs are the ensemble's sigmoid outputs (_softmax_and_labels)
+            aurocs.extend(macro_auroc(probs[q], labels[q]) for q in ids)
+        return [float(((probs[q] > 0.5) == (labels[q] > 0.5)).all(1).double().mean()) if len(labels[q])
+                else float("nan") for q in ids]
 
     def _train_counts(self, what: str) -> np.ndarray:
         """``data.label_counts("train")`` / ``data.num_samples("train")``, computed once (the partition is fixed)."""
@@ -267,12 +282,24 @@ class Orchestrator:
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """Score every client on its ``split`` with the model it would use; on ``test`` also the pooled global
         test set (single-model methods) and the per-client table."""
-        groups = shared_model_groups(self.strategy, self.state, self.data.num_clients) if self.batched_eval else None
-        if groups is not None:
+        multilabel = self.data.multilabel
+        if multilabel and self.batched_eval and not self._multilabel_logged:
+            import logging
+
+            logging.getLogger("flplat").info("federation.batched_eval: multi-label data are scored client by client "
+                                             "(macro ROC AUC needs each client's predictions, not summed counts)")
+            self._multilabel_logged = True
+        batched = self.batched_eval and not multilabel
+        groups = shared_model_groups(self.strategy, self.state, self.data.num_clients) if batched else None
+        if multilabel:
+            results = self.executor.evaluate(
+                LazyRequests(range(self.data.num_clients), lambda k: self.strategy.eval_weights(self.state, k)), split)
+            res = EvalColumns.from_results(results)
+        elif groups is not None:
             res = evaluate_shared(self.executor, groups, split, self.data.num_clients)
         else:
             requests = LazyRequests(range(self.data.num_clients), lambda k: self.strategy.eval_weights(self.state, k))
-            if self.batched_eval:  # personal models: vmap groups where the model allows
+            if batched:  # personal models: vmap groups where the model allows
                 res = self.executor.evaluate_columns(requests, split)
             else:
                 res = EvalColumns.from_results(self.executor.evaluate(requests, split))
@@ -284,6 +311,10 @@ class Orchestrator:
             buckets = bucket_accuracy(res.class_correct, res.class_total, self._train_counts("label_counts"),
                                       list(self.metrics_cfg.class_bucket_edges))
             out.update({k: v for k, v in buckets.items() if np.isfinite(v)})  # an empty bucket: no metric
+        if multilabel:  # macro ROC AUC where accuracy is reported (flplat/metrics/multilabel.py)
+            auroc = np.array([r.auroc for r in results], dtype=float)
+            out.update(summarize_auroc(auroc, [r.scores for r in results if r.scores is not None],
+                                       [r.targets for r in results if r.targets is not None]))
         if split != "test":
             return {k: float(v) for k, v in out.items()}
         gw = self.strategy.global_weights(self.state)
@@ -291,6 +322,8 @@ class Orchestrator:
             g = self.executor.evaluate_global(gw)
             if g is not None:
                 out["global_test_accuracy"] = g.accuracy
+                if g.scores is not None:  # (a sharded run sums counts only: no pooled AUROC there)
+                    out["global_test_auroc"] = g.auroc
         self.client_table = {
             "client": np.arange(self.data.num_clients),
             "num_train": self._train_counts("num_samples").copy(),
@@ -299,6 +332,8 @@ class Orchestrator:
             "accuracy": np.divide(correct, n, out=np.full_like(n, np.nan), where=n > 0),
             "test_loss": np.divide(loss, n, out=np.full_like(n, np.nan), where=n > 0),
         }
+        if multilabel:
+            self.client_table["auroc"] = auroc
         if self.state.assignment is not None:
             assign = np.asarray(self.state.assignment)
             self.client_table["cluster"] = assign

@@ -24,10 +24,12 @@ What is the same as the per-client loop (up to floating-point summation order):
 What differs: dropout draws its masks from the global generator with ``vmap(randomness="different")``, seeded once
 per group with the group's first client seed, so with dropout > 0 the masks (and results) differ from the loop's.
 
-Not vectorised (the executor trains these clients with the loop and logs why, once): models with normalisation
-layers (batch norm mixes the padded samples into its batch statistics and updates running buffers in place),
-models ``vmap`` cannot run, 16-bit mixed precision (gradient scaler), and clients whose hooks define ``after_step``,
-``finalize`` or a ``loss`` without ``functional_loss``.
+Not vectorised (the executor trains these clients with the loop and logs why, once): multi-label data (binary
+cross-entropy), models with normalisation layers (batch norm mixes the padded samples into its batch statistics
+and updates running buffers in place: ``cifar_cnn``, ``resnet9``), models ``vmap`` cannot run, 16-bit mixed
+precision (gradient scaler), and clients whose hooks define ``after_step``, ``finalize`` or a ``loss`` without
+``functional_loss``. The embedding models (``sent140_lstm``, whose time loop depends on the input's shape only, and
+``amazon_dnn``) run vectorised.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ class VectorizedTrainer:
     # ---- what can run vectorised ---------------------------------------------------------------------
     def _model_reason(self) -> str | None:
         tr = self.trainer
+        if tr.y.dim() == 2:
+            return "multi-label data: the vectorised step computes cross-entropy only (BCE runs in the loop)"
         for name, m in tr.net.named_modules():
             if isinstance(m, nn.modules.batchnorm._NormBase):
                 return (f"the model has {type(m).__name__} ({name}), whose batch statistics would mix padded "

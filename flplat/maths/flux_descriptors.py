@@ -66,14 +66,19 @@ def moments(z: torch.Tensor, y: torch.Tensor | None, num_classes: int, min_class
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(marginal ``[μ, σ]`` (2l,), class-conditional ``[μ_u, σ_u]`` (U, 2l) with NaN rows for classes with fewer
     than ``min_class_samples`` samples, class counts (U,)). ``y=None``: the label-free part only (U rows NaN).
+    Multi-label ``y`` (n, U) of 0/1: row u is over the samples positive for label u.
     σ is the population standard deviation (ddof 0)."""
     z = z.double()
     marg = torch.cat([z.mean(0), z.std(0, correction=0)])
     cond = torch.full((num_classes, marg.numel()), float("nan"), dtype=torch.float64)
     counts = torch.zeros(num_classes, dtype=torch.long)
     if y is not None and len(y):
-        counts = torch.bincount(y.cpu(), minlength=num_classes)[:num_classes]
-        onehot = torch.nn.functional.one_hot(y.cpu(), num_classes).double().T  # (U, n)
+        if y.dim() == 2:  # multi-label (CheXpert): a sample counts for every label it is positive for
+            onehot = (y.cpu() > 0.5).double().T  # (U, n)
+            counts = onehot.sum(1).long()
+        else:
+            counts = torch.bincount(y.cpu(), minlength=num_classes)[:num_classes]
+            onehot = torch.nn.functional.one_hot(y.cpu(), num_classes).double().T  # (U, n)
         n = counts.double().clamp(min=1)[:, None]
         mu = onehot @ z.cpu() / n
         var = onehot @ (z.cpu() ** 2) / n - mu ** 2

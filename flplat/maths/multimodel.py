@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
+from flplat.maths.losses import task_loss
 from flplat.protocol.state import ParamLayout
 
 
@@ -52,12 +52,14 @@ def stacked_logits(net: nn.Module, layout: ParamLayout, models: torch.Tensor, x:
 
 def sample_losses(net: nn.Module, layout: ParamLayout, models: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                   chunk: int = 1024, model_chunk: int = 64) -> torch.Tensor:
-    """Per-sample cross-entropy ``(M, n)`` of each of the ``(M, P)`` models on ``(x, y)``."""
+    """Per-sample loss ``(M, n)`` of each of the ``(M, P)`` models on ``(x, y)``: cross-entropy, or binary
+    cross-entropy for multi-label y (n, C) (:func:`flplat.maths.losses.task_loss`)."""
     logits = stacked_logits(net, layout, models, x, chunk, model_chunk).float()
     m, n = logits.shape[0], len(y)
     if n == 0:
         return torch.zeros(m, 0)
-    return F.cross_entropy(logits.reshape(m * n, -1), y.repeat(m), reduction="none").view(m, n)
+    yy = y.repeat(m, 1) if y.dim() == 2 else y.repeat(m)
+    return task_loss(logits.reshape(m * n, -1), yy, reduction="none").view(m, n)
 
 
 def losses_fn(models: torch.Tensor, chunk: int = 1024):
@@ -79,8 +81,14 @@ def responsibilities(losses: torch.Tensor, log_prior: torch.Tensor) -> torch.Ten
 
 
 def mixture_correct(logits: torch.Tensor, weights: torch.Tensor, y: torch.Tensor) -> int:
-    """Correct predictions of the mixture Σ_m w_m softmax(logits_m) (FedEM's personalised predictor)."""
-    prob = (weights.to(logits.device, torch.float32)[:, None, None] * torch.softmax(logits.float(), dim=-1)).sum(0)
+    """Correct predictions of the mixture Σ_m w_m softmax(logits_m) (FedEM's personalised predictor); multi-label
+    y (n, C): of Σ_m w_m sigmoid(logits_m), a sample being correct when every label's probability is on its side
+    of 0.5."""
+    w = weights.to(logits.device, torch.float32)[:, None, None]
+    if y.dim() == 2:
+        prob = (w * torch.sigmoid(logits.float())).sum(0)
+        return int(((prob > 0.5) == (y > 0.5)).all(-1).sum())
+    prob = (w * torch.softmax(logits.float(), dim=-1)).sum(0)
     return int((prob.argmax(-1) == y).sum())
 
 

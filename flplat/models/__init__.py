@@ -2,11 +2,13 @@
 
 Architectures follow the papers the platform reproduces (PLATFORM.md §4): ``logreg`` (ACSIncome), ``mlp3x500``
 (Serengeti), ``fmnist_cnn`` and ``cifar_cnn`` (Clust-PSI-PFL §IV-A-d), ``lenet5`` (Flux's MNIST/FMNIST/CIFAR-10
-backbone) and a small ``mlp`` for ``digits``/``synthetic``. Every model is a :class:`SplitModel` with an explicit
-``features`` body, a linear ``head`` and a ``latent`` hook (see :mod:`flplat.models.base`).
+backbone), ``resnet9`` (Flux's CIFAR-100/CheXpert/Office-Home backbone), ``dapfl_cnn10``/``dapfl_cnn100`` (DA-PFL's
+CIFAR CNNs), ``sent140_lstm``/``amazon_dnn`` (Clust-PSI-PFL's text models) and a small ``mlp`` for
+``digits``/``synthetic``. Every model is a :class:`SplitModel` with an explicit ``features`` body, a linear
+``head`` and a ``latent`` hook (see :mod:`flplat.models.base`).
 """
 
-from flplat.models import cnn, mlp  # noqa: F401  (importing registers the models)
+from flplat.models import cnn, mlp, resnet, text  # noqa: F401  (importing registers the models)
 from flplat.models.base import (
     MODELS,
     FeatureExtractor,

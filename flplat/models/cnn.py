@@ -1,4 +1,5 @@
-"""Convolutional models: ``fmnist_cnn``, ``cifar_cnn`` and ``lenet5``. All take ``(C, H, W)`` inputs of any size.
+"""Convolutional models: ``fmnist_cnn``, ``cifar_cnn``, ``lenet5``, ``dapfl_cnn10`` and ``dapfl_cnn100``. All take
+``(C, H, W)`` inputs of any size.
 
 ``fmnist_cnn`` — the light FMNIST CNN of Clust-PSI-PFL (Jimenez-Gutierrez et al., §IV-A-d): "three convolutional
 stages with 8, 16, and 32 feature maps, respectively; the convolutional stack is followed by max-pooling and a
@@ -23,6 +24,14 @@ digits, where the second 5×5 convolution would see a 4×4 map) the second convo
 input is smaller than 5×5 (``conv2_padding=None``, automatic; set an integer to force it): 8×8 -> 8 -> 4 -> 4 ->
 2, latent 64. On 32×32 CIFAR inputs conv1 keeps its padding 2 (latent 16·6·6 = 576); ``conv1_padding=0`` gives
 the original 32×32 LeNet (latent 400).
+
+``dapfl_cnn10`` / ``dapfl_cnn100`` — DA-PFL's two CIFAR CNNs (Wang et al., §V-A: "For the CIFAR10 and CIFAR100
+datasets, we follow [34], [64] and use the two different CNN models. These CNN models are composed of two
+convolutional layers and three fully connected layers, but each layer has different scales."). The widths are not
+in DA-PFL; [34] is FedRep (Collins et al., 2021), whose public code defines them: CIFAR-10 conv 3->64->64 (5×5,
+no padding, ReLU, 2×2 max-pool each), FC 1600 -> 120 -> 64 -> classes; CIFAR-100 conv 3->64->128, FC 3200 -> 256
+-> 128 -> classes; dropout 0.6 before the last layer in both. These are the defaults (keys ``channels``, ``fc``,
+``dropout``).
 
 For every model ``latent(x)`` is the flattened output of the convolutional stack (the input of the first fully
 connected layer), and ``features(x)`` is the output of the last hidden dense layer (the head's input).
@@ -214,3 +223,53 @@ def _validate_lenet(cfg: LeNet5Config, section: str) -> None:
 @register_model("lenet5", LeNet5Config, _validate_lenet)
 def build_lenet5(cfg: LeNet5Config, input_shape: tuple[int, ...], num_classes: int) -> LeNet5:
     return LeNet5(input_shape, num_classes, cfg)
+
+
+# ---------------------------------------------------------------------------------- dapfl_cnn10 / dapfl_cnn100
+
+
+@dataclass
+class DAPFLCNNConfig:
+    """``dapfl_cnn10`` / ``dapfl_cnn100``: the two conv widths (5×5), the two hidden FC widths, dropout before the
+    head (FedRep's 0.6)."""
+
+    channels: list[int] = field(default_factory=lambda: [64, 64])
+    fc: list[int] = field(default_factory=lambda: [120, 64])
+    dropout: float = 0.6
+
+
+@dataclass
+class DAPFLCNN100Config(DAPFLCNNConfig):
+    channels: list[int] = field(default_factory=lambda: [64, 128])
+    fc: list[int] = field(default_factory=lambda: [256, 128])
+
+
+class DAPFLCNN(SplitModel):
+    """Conv 5×5 -> ReLU -> MaxPool 2 -> Conv 5×5 -> ReLU -> MaxPool 2 -> Flatten -> [Linear -> ReLU] ×2 -> Dropout."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, cfg: DAPFLCNNConfig) -> None:
+        c_in, _, _ = image_shape(input_shape)
+        c1, c2 = (int(c) for c in cfg.channels)
+        trunk = nn.Sequential(nn.Conv2d(c_in, c1, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(c1, c2, 5), nn.ReLU(),
+                              nn.MaxPool2d(2), nn.Flatten(1))
+        width = output_size(trunk, input_shape)
+        f1, f2 = (int(f) for f in cfg.fc)
+        dense = nn.Sequential(nn.Linear(width, f1), nn.ReLU(), nn.Linear(f1, f2), nn.ReLU(),
+                              dropout(float(cfg.dropout)))
+        super().__init__(trunk, dense, input_shape, num_classes)
+
+
+def _validate_dapfl(cfg: DAPFLCNNConfig, section: str) -> None:
+    check_sizes(section, "channels", cfg.channels, length=2)
+    check_sizes(section, "fc", cfg.fc, length=2)
+    check_dropout(section, "dropout", cfg.dropout)
+
+
+@register_model("dapfl_cnn10", DAPFLCNNConfig, _validate_dapfl)
+def build_dapfl_cnn10(cfg: DAPFLCNNConfig, input_shape: tuple[int, ...], num_classes: int) -> DAPFLCNN:
+    return DAPFLCNN(input_shape, num_classes, cfg)
+
+
+@register_model("dapfl_cnn100", DAPFLCNN100Config, _validate_dapfl)
+def build_dapfl_cnn100(cfg: DAPFLCNN100Config, input_shape: tuple[int, ...], num_classes: int) -> DAPFLCNN:
+    return DAPFLCNN(input_shape, num_classes, cfg)

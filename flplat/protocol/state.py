@@ -4,6 +4,16 @@ Models travel between server and clients as one flat float vector: the concatena
 entry of the model's ``state_dict`` (parameters, then float buffers such as batch-norm running statistics,
 in ``state_dict`` order). Aggregation is then plain tensor algebra on ``(n_clients, P)`` stacks, and
 per-client state is one row per client. Integer buffers (``num_batches_tracked``) are not part of the vector.
+
+Batch norm (``cifar_cnn``, ``resnet9``): the running mean and variance are float buffers, so they travel in the
+vector like the parameters -- a client trains from the statistics it receives, sends back the ones its batches
+moved, every aggregation treats them as it treats the weights (FedAvg: the sample-weighted mean), and a model is
+evaluated with the statistics of its vector. This is what the papers' stacks do: Keras' ``get_weights()`` and the
+usual Flower ``state_dict`` exchange carry the moving statistics too. ``layout.is_param`` / ``mask(...,
+params_only=True)`` let a method leave them out where it must (model distances and similarities of CFL, DA-PFL,
+FedAMP, FeSEM; FedDyn's correction). ``num_batches_tracked`` stays in the trainer's module: with the default
+momentum it is never read (it would matter only for ``momentum=None``, the cumulative average, which no model here
+uses). tests/test_paper_models.py pins this behaviour.
 """
 
 from __future__ import annotations

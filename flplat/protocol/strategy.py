@@ -122,6 +122,11 @@ class EvalResult:
     num_samples: int
     class_correct: tuple[int, ...] = ()  # per class (by true label): correct predictions ...
     class_total: tuple[int, ...] = ()  # ... and samples (empty where not computed)
+    # multi-label data only (flplat/metrics/multilabel.py): the macro ROC AUC and the (n, C) scores/targets it was
+    # computed from (kept so the orchestrator can pool every client's predictions into global_auroc)
+    auroc: float = float("nan")
+    scores: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
 
     @property
     def accuracy(self) -> float:
@@ -229,6 +234,8 @@ class Strategy(ABC):
     name: ClassVar[str] = ""
     Config: ClassVar[type] = NoConfig
     communicates: ClassVar[bool] = True  # False: no model traffic (local-only, centralized) -> 0 bytes logged
+    # why the method cannot take multi-label data (y (N, C) of 0/1: BCE), or None; the experiment refuses it by name
+    multilabel_unsupported: ClassVar[str | None] = None
     # the number of clients of the federation this strategy trains, when another method runs it on a subset of the
     # K clients (PQFed's inner federation: the target and its collaborators); None: all K. FedDyn's 1/K reads it.
     population: int | None = None
