@@ -43,9 +43,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flplat.config_io import config_key  # the hash that identifies a run
+from flplat.data.files import DataUnavailableError
 from flplat.data.splits import InfeasiblePartitionError
 from flplat.errors import ConfigError
-from flplat.studies.reproduction.execute import Progress, default_jobs, run_grid
+from flplat.studies.reproduction.execute import Progress, default_jobs, run_grid, skip_reason
 from flplat.studies.reproduction.figures import plot_cells, plot_curves
 from flplat.studies.reproduction.grid import (
     PAPERS,
@@ -213,10 +214,11 @@ def _collect_analysis(t: Table, sd: Sequence[int], cells, scale: str, store: Sto
             t0 = time.perf_counter()
             try:
                 rows = t.analyze(c, s, scale)
-            except InfeasiblePartitionError as e:  # the data cannot meet this cell: skip it, say why
+            except (InfeasiblePartitionError, DataUnavailableError) as e:  # the data cannot meet this cell or
+                why = skip_reason(e)                                            # are absent: skip it, say why
                 print(f"{t.id} {c.id} seed {s}: skipped ({e})", file=sys.stderr, flush=True)
                 for m in t.methods:
-                    skips.setdefault((c.id, m.name), []).append((s, str(e)))
+                    skips.setdefault((c.id, m.name), []).append((s, why))
                 continue
             for name, v in rows.items():
                 ours.setdefault((c.id, name), []).append(v)

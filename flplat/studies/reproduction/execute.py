@@ -1,16 +1,36 @@
 """Running a train table's jobs: those not finished yet run in this process or in ``--jobs N`` worker processes
 (one thread each), each with :func:`flplat.experiment.run_or_resume` (an interrupted run continues from its
 checkpoint); a job whose config fails while its run is prepared (e.g. an infeasible partition) is skipped with its
-reason; one progress line per finished run (:class:`Progress`)."""
+reason, a job whose dataset's files are absent with "data not found: <where to get them>" (:func:`skip_reason`);
+one progress line per finished run (:class:`Progress`)."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
+from flplat.data.files import DataUnavailableError
 from flplat.errors import ConfigError
 from flplat.studies.reproduction.grid import Job, Table
 from flplat.studies.reproduction.store import Store
+
+
+def skip_reason(e: ConfigError) -> str:
+    """Why a job was skipped, as the table says it: the error's line, or for a dataset whose files are absent
+    "data not found: <where to get them>" (the loaders' messages also list the directories looked in, which belong
+    on the console, not in the table)."""
+    msg = str(e)
+    if not isinstance(e, DataUnavailableError):
+        return msg
+    m = re.search(r"data not found: (.*?); need ", msg)  # flplat.data.sources.find_data (files only, no download)
+    if m:
+        return f"data not found: {m.group(1)} (then data.root=DIR or $FLPLAT_DATA)"
+    m = re.search(r"(\w+) data not found \(need (.*?)\)", msg)  # torchvision's datasets (flplat.data.files)
+    if m:
+        return (f"data not found: the {m.group(1)} files ({m.group(2)}) from torchvision (data.download=true) or "
+                "its site, then data.root=DIR or $FLPLAT_DATA")
+    return f"data not found: {msg}"
 
 
 def _run_job(job: Job, parent: str | None, threads: int | None) -> tuple[str, dict[str, float], str | None, float]:
@@ -27,8 +47,8 @@ def _run_job(job: Job, parent: str | None, threads: int | None) -> tuple[str, di
     t0 = time.perf_counter()
     try:
         summary, run_id = run_or_resume(cfg, progress=False)
-    except ConfigError as e:  # found while preparing the run, e.g. an infeasible partition: skip this run only
-        return job.key, None, str(e), time.perf_counter() - t0
+    except ConfigError as e:  # found while preparing the run, e.g. an infeasible partition or absent data files:
+        return job.key, None, skip_reason(e), time.perf_counter() - t0  # skip this run only
     # the last round's metrics and the run-level summaries (logged at the last step too), as Store.finished reads
     # them back: a table's metric such as mean_local_accuracy_last10 is there on the first run as on a re-run
     return job.key, {**summary.metrics, **summary.final}, run_id, time.perf_counter() - t0
