@@ -45,7 +45,8 @@ def defaults(scaling: float) -> str:
 
 
 TEMPLATE = """# Flux (seed 003) Table 1 / App. F.1 cell: {dataset}, shift {shift}, level {level} (Table 9).
-# Paper setup (App. B.2): {mname}, 10 clients, {rounds} rounds, E=2, SGD lr 0.005 momentum 0.9, batch 64, 20% validation.
+# Paper setup (App. B.2): {mname}, 10 clients, {rounds} rounds, E=2, SGD lr 0.005 momentum 0.9, batch 64, 20% \
+validation.
 # Run:  flplat run {path} algorithm.name=flux   (also flux_prior, fedavg, cfl, ifca, apfl, ...)
 seed: 0
 data:
