@@ -247,12 +247,19 @@ def _header(t: Table, values: dict, scale: str, note: str, sd: Sequence[int], ce
 
 
 def listing() -> str:
-    """Every paper's tables, their cells and methods (``flplat reproduce --list``)."""
+    """Every paper's tables, their datasets, cells and methods, and the cells that run nothing with the reason
+    (``flplat reproduce --list``)."""
     lines = []
     for p in PAPERS:
         lines.append(f"{p}:")
         for t in paper_tables(p):
             lines.append(f"  {t.id} [{t.kind}] {t.title}")
+            lines.append(f"    datasets: {', '.join(t.data_names())}")
             lines.append(f"    cells: {', '.join(c.id for c in t.cells)}")
             lines.append(f"    methods: {', '.join(m.name for m in t.methods)}")
+            waiting: dict[str, list[str]] = {}
+            for cid, why in t.undefined.items():
+                waiting.setdefault(why, []).append(cid)
+            for why, cids in waiting.items():
+                lines.append(f"    no run for {', '.join(cids)}: {why}")
     return "\n".join(lines)

@@ -182,7 +182,7 @@ FIG3_CELLS = ([Cell(f"alpha={a:g}", params={"name": "dirichlet", "alpha": a, "ma
 TABLES[0].figure = _fig5
 TABLES.append(Table("fig3", "Clust-PSI-PFL Fig. 3: WPSI, HD, JSD and EMD against Dirichlet α and Similarity S",
                     FIG3_CELLS, [Method(q) for q in QUANTIFIERS], kind="analysis", analyze=noniid_point,
-                    reference=None, seeds=[0, 1, 2, 3, 4], figure=_fig3,
+                    reference=None, seeds=[0, 1, 2, 3, 4], figure=_fig3, datasets=["fmnist", "digits (smoke)"],
                     notes={"smoke": "digits, 10 clients", "reduced": "FMNIST, K = 100 (the paper's setting)",
                            "paper": "FMNIST, K = 100"}))
 

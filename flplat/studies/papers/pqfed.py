@@ -222,14 +222,14 @@ TABLES = [
           metric="algorithm2_stage", reference=None, tie=0.5, **TABLE8),
     Table("fig3", "PQFed Fig. 3 (MNIST): EMD to the target against the dissimilarity rate r", _fig3_cells(),
           [Method(f"r={r:g}") for r in RATES[1:]], kind="analysis", analyze=emd_curve, reference=None,
-          seeds=list(range(10)), figure=_fig3,
+          seeds=list(range(10)), figure=_fig3, datasets=["mnist"],
           notes={"smoke": "60 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
                  "paper": "the paper's sizes, 10 repetitions"}),
     Table("mia", "PQFed §V-D / Fig. 4 (MNIST): membership-inference power, false-positive rate and advantage "
           "against ε", [Cell(f"eps{e:g}", params={"epsilon": e}) for e in MIA_EPSILONS],
           [Method(q) for q in ("power", "fpr", "advantage")], kind="analysis", analyze=mia, reference=None,
-          seeds=[0], figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (MNIST, scale {ctx.scale})", "rate",
-                                                   ctx.path),
+          datasets=["mnist"], seeds=[0],
+          figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (MNIST, scale {ctx.scale})", "rate", ctx.path),
           notes={"smoke": "60 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
                  "federation (seed 0)", "paper": "the paper's sizes, one federation (seed 0)"}),
 ]
@@ -273,14 +273,14 @@ TABLES += [
           reference="IFCA", focus=["PQFed strict", "PQFed lenient"], **CIFAR_COMMON),
     Table("fig3_cifar10", "PQFed Fig. 3a (CIFAR-10): EMD to the target against the dissimilarity rate r",
           _fig3_cells("cifar10"), [Method(f"r={r:g}") for r in RATES[1:]], kind="analysis", analyze=emd_curve,
-          reference=None, seeds=list(range(10)), figure=lambda ctx: _fig3(ctx, "CIFAR-10"),
+          reference=None, seeds=list(range(10)), figure=lambda ctx: _fig3(ctx, "CIFAR-10"), datasets=["cifar10"],
           notes={"smoke": "60 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
                  "paper": "the paper's sizes, 10 repetitions"}),
     Table("mia_cifar10", "PQFed §V-D / Fig. 4 (CIFAR-10): membership-inference power, false-positive rate and "
           "advantage against ε", [Cell(f"eps{e:g}", params={"epsilon": e, "data": "cifar10"}) for e in MIA_EPSILONS],
           [Method(q) for q in ("power", "fpr", "advantage")], kind="analysis", analyze=mia, reference=None,
-          seeds=[0], figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (CIFAR-10, scale {ctx.scale})", "rate",
-                                                   ctx.path),
+          datasets=["cifar10"], seeds=[0],
+          figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (CIFAR-10, scale {ctx.scale})", "rate", ctx.path),
           notes={"smoke": "60 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
                  "federation (seed 0)", "paper": "the paper's sizes, one federation (seed 0)"}),
     Table("table7", "PQFed Table VII (CIFAR-10): Algorithm 2, T's test accuracy after each stage (T with the i-th "

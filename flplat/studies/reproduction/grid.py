@@ -4,6 +4,7 @@ identified by the hash of its resolved config (:func:`flplat.config_io.config_ke
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -82,10 +83,28 @@ class Table:
     # cells where the table's metric does not exist (cell id -> why, quoting the paper): nothing is run for them and
     # the table gives one row with the reason instead of a "not run" row per method
     undefined: dict[str, str] = field(default_factory=dict)
+    # the datasets where the cells' ready configs do not say them (analysis tables, cells waiting with a reason):
+    # ``flplat reproduce --list`` shows them beside the configs' data.name
+    datasets: list[str] = field(default_factory=list)
+
+    def data_names(self) -> list[str]:
+        """The datasets this table runs: its ``datasets`` and the ``data.name`` of every ready config it names."""
+        names = list(self.datasets)
+        for path in dict.fromkeys([*(c.config for c in self.cells), *(m.config for m in self.methods)]):
+            if path:
+                names.append(_config_data_name(path))
+        return list(dict.fromkeys(names))
 
     def all_seeds(self, method: str) -> bool:
         """Whether ``method`` runs every seed under ``--baseline-seeds`` (the reference and the focus methods)."""
         return method == self.reference or method in (self.focus or [self.methods[-1].name])
+
+
+@functools.cache
+def _config_data_name(path: str) -> str:
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.select(OmegaConf.load(REPO / path), "data.name", default="digits"))
 
 
 def paper_module(paper: str):
