@@ -27,6 +27,22 @@ def tiny_overrides(**extra) -> list[str]:
     return [f"{k}={v}" for k, v in base.items()]
 
 
+# The papers' models that ready configs name (configs/clust_psi_pfl, configs/dapfl, configs/flux) and branch models23
+# registers (issue 23 item 2). Until it is merged, the tests that load every shipped config skip the configs naming
+# one that is not registered yet; once it is, they load as every other config (then this set can go).
+PENDING_MODELS = {"sent140_lstm", "amazon_dnn", "dapfl_cnn100", "resnet9"}
+
+
+def pending_model(path) -> str | None:
+    """The model a ready config names when it is in PENDING_MODELS and not registered yet, else None."""
+    from omegaconf import OmegaConf
+
+    from flplat.models.base import MODELS
+
+    name = OmegaConf.select(OmegaConf.load(path), "model.name")
+    return name if name in PENDING_MODELS and name not in MODELS else None
+
+
 # What an algorithm needs beyond the tiny federation, for the tests that run every algorithm on it: CAFA's ABFA
 # scores the shared models on validation splits (without any, CAFA is a ConfigError).
 ALGORITHM_OVERRIDES = {"cafa": {"partition.train_fraction": 0.6, "partition.val_fraction": 0.2}}

@@ -118,13 +118,11 @@ def test_every_train_table_validates_at_every_scale(paper):
             assert jobs is None or len(jobs) == len(t.methods)
 
 
-# the papers' models that the ready configs name and branch models23 (issue 23 item 2) registers: until it is merged
-# the tables that name them are not validated where they do; once registered they are, as every other
-PENDING_MODELS = {"sent140_lstm", "amazon_dnn", "dapfl_cnn100", "resnet9"}
-
-
 def _plan(paper, t, scale, methods, cells):
-    """``rp.plan`` of one scale, or None when it names a model of PENDING_MODELS that is not registered yet."""
+    """``rp.plan`` of one scale, or None when it names a model of tests/conftest.py's PENDING_MODELS that is not
+    registered yet (the tables that name one are validated where they do not)."""
+    from conftest import PENDING_MODELS
+
     from flplat.models.base import MODELS
 
     try:
