@@ -195,3 +195,22 @@ def test_one_smoke_cell_per_new_dataset_runs_on_generated_files(dataset: str, is
     assert f"[1/1] {table} {cell} FedAvg s0" in err
     row = _row(out, "FedAvg")
     assert "not run" not in row and "skipped" not in row
+
+
+def test_clust_psi_pfl_figures_5_to_8_draw_from_acsincome_runs(isolated: Path, capsys) -> None:  # noqa: F811
+    """Figs. 5-8 on generated ACSIncome files (one cell, FedAvg and Clust-PSI-PFL): the silhouette curves, τ, the
+    accuracies and the local-accuracy ECDF (read from the runs' client tables) are written as PNG files; the four
+    tables share two runs."""
+    over = _acs(isolated / "acs")
+    out = isolated / "out"
+    assert main(["reproduce", "clust-psi-pfl", "fig5", "fig6", "fig7", "fig8", "--scale", "smoke", "--cells",
+                 "k100_similarity_0", "--methods", "Clust-PSI-PFL", "--store-dir", str(isolated / "store"),
+                 "--out", str(out), "--set", *over]) == 0
+    assert "fig6: 1 of 1 runs already finished, skipped" in capsys.readouterr().err
+    assert main(["reproduce", "clust-psi-pfl", "fig7", "fig8", "--scale", "smoke", "--cells", "k100_similarity_0",
+                 "--methods", "FedAvg,Clust-PSI-PFL", "--store-dir", str(isolated / "store"), "--out", str(out),
+                 "--set", *over]) == 0
+    err = capsys.readouterr().err
+    assert "fig7: 1 of 2 runs already finished, skipped" in err and "fig8: 2 of 2 runs already finished" in err
+    for t in ("fig5", "fig6", "fig7", "fig8"):
+        assert (out / f"clust-psi-pfl_{t}_smoke.png").stat().st_size > 5000, t

@@ -225,7 +225,7 @@ def _fig8(ctx):
         return
     cols = min(3, len(cells))
     rows = (len(cells) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(7.0, 5 * cols), 3.6 * rows + 0.4), squeeze=False)
     drawn = False
     with tempfile.TemporaryDirectory() as tmp:
         for ax, c in zip(axes.flat, cells):
@@ -249,7 +249,7 @@ def _fig8(ctx):
     for ax in list(axes.flat)[len(cells):]:
         ax.set_visible(False)
     if drawn:
-        fig.suptitle(f"Clust-PSI-PFL Fig. 8: local test accuracy ECDF, ACSIncome, K = 100 (scale {ctx.scale})")
+        fig.suptitle(f"Clust-PSI-PFL Fig. 8: local accuracy ECDF, ACSIncome, K = 100 (scale {ctx.scale})")
         fig.tight_layout()
         fig.savefig(ctx.path, dpi=110)
     plt.close(fig)
