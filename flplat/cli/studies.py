@@ -76,7 +76,7 @@ def add_reproduce(sub) -> None:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     rp.add_argument("paper", nargs="?", help="clust-psi-pfl | cafa | dapfl | flux | pqfed")
     rp.add_argument("tables", nargs="*", help="table ids (default: all of the paper's; see --list)")
-    rp.add_argument("--list", action="store_true", help="list every paper's tables, cells and methods")
+    rp.add_argument("--list", action="store_true", help="list every paper's tables, their datasets, cells and methods")
     rp.add_argument("--scale", default="reduced", help="smoke | reduced | paper (default: reduced)")
     rp.add_argument("--seeds", default=None, help="comma-separated seeds (default: 0 at smoke, else the table's)")
     rp.add_argument("--methods", default=None, help="comma-separated method names of the table (default: all)")

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flplat.config_io import config_key  # the hash that identifies a run
+from flplat.data.files import DataUnavailableError
 from flplat.data.splits import InfeasiblePartitionError
 from flplat.errors import ConfigError
 from flplat.studies.reproduction.execute import (
@@ -56,6 +57,7 @@ from flplat.studies.reproduction.execute import (
     default_jobs,
     make_backend,
     run_grid,
+    skip_reason,
     unfinished,
 )
 from flplat.studies.reproduction.figures import plot_cells, plot_curves
@@ -310,10 +312,11 @@ def _collect_analysis(t: Table, sd: Sequence[int], cells, scale: str, store: Sto
             t0 = time.perf_counter()
             try:
                 rows = t.analyze(c, s, scale)
-            except InfeasiblePartitionError as e:  # the data cannot meet this cell: skip it, say why
+            except (InfeasiblePartitionError, DataUnavailableError) as e:  # the data cannot meet this cell or
+                why = skip_reason(e)                                            # are absent: skip it, say why
                 print(f"{t.id} {c.id} seed {s}: skipped ({e})", file=sys.stderr, flush=True)
                 for m in t.methods:
-                    skips.setdefault((c.id, m.name), []).append((s, str(e)))
+                    skips.setdefault((c.id, m.name), []).append((s, why))
                 continue
             for name, v in rows.items():
                 ours.setdefault((c.id, name), []).append(v)
@@ -344,12 +347,19 @@ def _header(t: Table, values: dict, scale: str, note: str, sd: Sequence[int], ce
 
 
 def listing() -> str:
-    """Every paper's tables, their cells and methods (``flplat reproduce --list``)."""
+    """Every paper's tables, their datasets, cells and methods, and the cells that run nothing with the reason
+    (``flplat reproduce --list``)."""
     lines = []
     for p in PAPERS:
         lines.append(f"{p}:")
         for t in paper_tables(p):
             lines.append(f"  {t.id} [{t.kind}] {t.title}")
+            lines.append(f"    datasets: {', '.join(t.data_names())}")
             lines.append(f"    cells: {', '.join(c.id for c in t.cells)}")
             lines.append(f"    methods: {', '.join(m.name for m in t.methods)}")
+            waiting: dict[str, list[str]] = {}
+            for cid, why in t.undefined.items():
+                waiting.setdefault(why, []).append(cid)
+            for why, cids in waiting.items():
+                lines.append(f"    no run for {', '.join(cids)}: {why}")
     return "\n".join(lines)

@@ -50,6 +50,7 @@ def detection(cell: Cell, seed: int, scale: str) -> dict[str, float]:
 
 DET_METHODS = [Method(r) for r in ("K", *ROWS)]
 DET = dict(kind="analysis", analyze=detection, reference=None, seeds=[0, 1, 2, 3, 4], tie=0.05,
+           datasets=["cifar10", "fmnist (reduced)", "digits (smoke)"],
            notes={"smoke": "digits (labels only matter)", "reduced": "Fashion-MNIST in place of CIFAR-10 (the "
                   "detection sees class proportions only; both have 10 balanced classes)",
                   "paper": "CIFAR-10 as the paper"})

@@ -1,8 +1,10 @@
-"""PQFed (seed 004), MNIST: Table II (the target T with similar / dissimilar collaborators, FedAvg), Table V (T plus
-the clients up to a dissimilarity rate, FedAvg / FedProx / FedDyn), Table VI (PQFed's strict and lenient selection
-against IFCA), Table VIII (§VI-A, Algorithm 2: T's test accuracy after each stage, FedAvg / FedProx / FedDyn, and
-where Algorithm 2 stops), Fig. 3 (EMD to the target against the dissimilarity rate r for several LDP budgets ε) and
-§V-D's membership-inference attack against ε (Fig. 4); the last two need no training.
+"""PQFed (seed 004), MNIST and CIFAR-10 (the CIFAR-10 tables: ``table2_cifar10``, ``table4`` (the paper's Table IV),
+``table6_cifar10``, ``fig3_cifar10``, ``mia_cifar10``, ``table7`` / ``table7_stop`` (Table VII, §VI-A), on
+configs/pqfed/cifar10_*.yaml, Table I's CIFAR-10 column). MNIST: Table II (the target T with similar / dissimilar
+collaborators, FedAvg), Table V (T plus the clients up to a dissimilarity rate, FedAvg / FedProx / FedDyn), Table VI
+(PQFed's strict and lenient selection against IFCA), Table VIII (§VI-A, Algorithm 2: T's test accuracy after each stage,
+FedAvg / FedProx / FedDyn, and where Algorithm 2 stops), Fig. 3 (EMD to the target against the dissimilarity rate r for
+several LDP budgets ε) and §V-D's membership-inference attack against ε (Fig. 4); the last two need no training.
 
 Each training cell is one run of configs/pqfed/mnist_lenient.yaml (IFCA: mnist_baseline.yaml, k = 4 clusters as
 the paper's §V-F); the number is ``target_accuracy`` (T's test accuracy after the last round; for IFCA the
@@ -118,14 +120,15 @@ def _table8_figure(ctx):
 EPSILONS = (0.1, 1.0, 10.0, math.inf)
 
 
-def _fig3_cells() -> list[Cell]:
+def _fig3_cells(data: str = "mnist") -> list[Cell]:
     from flplat.maths.pqfed import GROUND_COSTS
 
-    return [Cell(f"eps{e:g}_{g}", params={"epsilon": e, "ground_cost": g}) for e in EPSILONS for g in GROUND_COSTS]
+    return [Cell(f"eps{e:g}_{g}", params={"epsilon": e, "ground_cost": g, "data": data}) for e in EPSILONS
+            for g in GROUND_COSTS]
 
 
 @functools.lru_cache(maxsize=2)
-def _features(seed: int, scale: str):
+def _features(seed: int, scale: str, data: str = "mnist"):
     """One repetition's federation (seed = repetition) projected on the public PCA: (clients' features, lo, hi)."""
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
@@ -134,7 +137,7 @@ def _features(seed: int, scale: str):
 
     rates = RATES[1:]
     per_source = {"smoke": 60, "reduced": 400, "paper": 400}[scale]
-    cfg = load_config(None, ["data.name=mnist", "partition.name=pqfed", f"partition.num_clients={1 + len(rates)}",
+    cfg = load_config(None, [f"data.name={data}", "partition.name=pqfed", f"partition.num_clients={1 + len(rates)}",
                              f"partition.pqfed_rates={rates}", "partition.train_fraction=1.0",
                              "partition.test_fraction=0.0", f"partition.pqfed_samples_per_source={per_source}",
                              "partition.pqfed_pca_components=50", "tracking.enabled=false"])
@@ -151,7 +154,7 @@ def emd_curve(cell: Cell, seed: int, scale: str) -> dict[str, float]:
     (the noise drawn from a generator seeded by the repetition, so both ground costs see the same noisy data)."""
     from flplat.maths import pqfed as pm
 
-    feats, lo, hi = _features(seed, scale)
+    feats, lo, hi = _features(seed, scale, cell.params.get("data", "mnist"))
     rng = np.random.default_rng([seed, 1])
     noisy = [pm.laplace_ldp(f, cell.params["epsilon"], rng, lo, hi) for f in feats]
     centers, hists = pm.kmeans_histograms(noisy, 15, seed=seed)
@@ -159,7 +162,7 @@ def emd_curve(cell: Cell, seed: int, scale: str) -> dict[str, float]:
     return {f"r={r:g}": float(v) for r, v in zip(RATES[1:], emd)}
 
 
-def _fig3(ctx):
+def _fig3(ctx, data: str = "MNIST"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,7 +181,7 @@ def _fig3(ctx):
                     label=c.split("_")[0].replace("eps", "ε = "))
         ax.set(xlabel="dissimilarity rate r", ylabel="EMD to the target", title=f"ground cost: {g}")
         ax.legend()
-    fig.suptitle(f"PQFed Fig. 3 (MNIST, scale {scale})")
+    fig.suptitle(f"PQFed Fig. 3 ({data}, scale {scale})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -192,7 +195,7 @@ def mia(cell: Cell, seed: int, scale: str) -> dict[str, float]:
     trials of 200 members each, 5 and 40 at smoke), averaged over the clients."""
     from flplat.maths import pqfed as pm
 
-    feats, _, _ = _features(seed, scale)
+    feats, _, _ = _features(seed, scale, cell.params.get("data", "mnist"))
     rng = np.random.default_rng([seed, 2])
     n, trials = (40, 5) if scale == "smoke" else (200, 50)
     res = [pm.membership_inference(f, cell.params["epsilon"], rng, n=n, trials=trials) for f in feats]
@@ -219,14 +222,71 @@ TABLES = [
           metric="algorithm2_stage", reference=None, tie=0.5, **TABLE8),
     Table("fig3", "PQFed Fig. 3 (MNIST): EMD to the target against the dissimilarity rate r", _fig3_cells(),
           [Method(f"r={r:g}") for r in RATES[1:]], kind="analysis", analyze=emd_curve, reference=None,
-          seeds=list(range(10)), figure=_fig3,
+          seeds=list(range(10)), figure=_fig3, datasets=["mnist"],
           notes={"smoke": "60 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
                  "paper": "the paper's sizes, 10 repetitions"}),
     Table("mia", "PQFed §V-D / Fig. 4 (MNIST): membership-inference power, false-positive rate and advantage "
           "against ε", [Cell(f"eps{e:g}", params={"epsilon": e}) for e in MIA_EPSILONS],
           [Method(q) for q in ("power", "fpr", "advantage")], kind="analysis", analyze=mia, reference=None,
-          seeds=[0], figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (MNIST, scale {ctx.scale})", "rate",
-                                                   ctx.path),
+          datasets=["mnist"], seeds=[0],
+          figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (MNIST, scale {ctx.scale})", "rate", ctx.path),
           notes={"smoke": "60 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
                  "federation (seed 0)", "paper": "the paper's sizes, one federation (seed 0)"}),
+]
+
+# ------------------------------------------------------------------ CIFAR-10 (Tables II, IV, VI, VII; §V-A, §VI-A)
+# the same experiments on configs/pqfed/cifar10_*.yaml (Table I's CIFAR-10 column: batch 32; T tested on 300 images)
+CIFAR = {"lenient": "configs/pqfed/cifar10_lenient.yaml", "baseline": "configs/pqfed/cifar10_baseline.yaml",
+         "incremental": "configs/pqfed/cifar10_incremental.yaml"}
+
+
+def _on_cifar(cells: list[Cell], config: str) -> list[Cell]:
+    return [Cell(c.id, config, list(c.overrides), metric=c.metric) for c in cells]
+
+
+CIFAR_SCALES = {"smoke": SCALES["smoke"],
+                "reduced": ["partition.pqfed_samples_per_source=200", "federation.rounds=10",
+                            "federation.eval_every=10"]}
+CIFAR_NOTES = {"smoke": NOTES["smoke"],
+               "reduced": "200 images per source instead of 400 (T tests on its 300 as the paper), 10 rounds instead "
+                          "of 20; LeNet-5 for the paper's 2-conv CIFAR-10 CNN",
+               "paper": "the paper's sizes (400 images per source, T tested on 300), 20 rounds; LeNet-5 for the "
+                        "paper's 2-conv CIFAR-10 CNN"}
+CIFAR_COMMON = {**COMMON, "scales": CIFAR_SCALES, "notes": CIFAR_NOTES}
+CIFAR_TABLE8 = {**TABLE8, "scales": {k: [*CIFAR_SCALES[k], *v[len(SCALES[k]):]] for k, v in TABLE8["scales"].items()},
+                "notes": {k: v.replace("400 images per source", "400 images per source (T tested on 300)")
+                          .replace("(T trains on 600, tests on 600)", "(T tests on its 300 as the paper)")
+                          .replace("MNIST CNN", "CIFAR-10 CNN") for k, v in TABLE8["notes"].items()}}
+
+TABLES += [
+    Table("table2_cifar10", "PQFed Table II (CIFAR-10, FedAvg): T alone and with similar / dissimilar collaborators",
+          _on_cifar(TABLE2_CELLS, CIFAR["lenient"]), [Method("FedAvg", INNER["FedAvg"])], reference=None,
+          **CIFAR_COMMON),
+    Table("table4", "PQFed Table IV (CIFAR-10): T plus the clients with r ≤ the bound",
+          _on_cifar(TABLE5_CELLS, CIFAR["lenient"]), [Method(n, o) for n, o in INNER.items()], **CIFAR_COMMON),
+    Table("table6_cifar10", "PQFed Table VI (CIFAR-10): PQFed's own selection against IFCA",
+          [Cell("cifar10", CIFAR["lenient"], FED16)],
+          [Method("PQFed strict", ["algorithm.selection=strict"]),
+           Method("PQFed lenient", ["algorithm.selection=lenient"]),
+           Method("IFCA", ["algorithm.name=ifca", "algorithm.num_clusters=4"], metric="global_accuracy",
+                  config=CIFAR["baseline"])],
+          reference="IFCA", focus=["PQFed strict", "PQFed lenient"], **CIFAR_COMMON),
+    Table("fig3_cifar10", "PQFed Fig. 3a (CIFAR-10): EMD to the target against the dissimilarity rate r",
+          _fig3_cells("cifar10"), [Method(f"r={r:g}") for r in RATES[1:]], kind="analysis", analyze=emd_curve,
+          reference=None, seeds=list(range(10)), figure=lambda ctx: _fig3(ctx, "CIFAR-10"), datasets=["cifar10"],
+          notes={"smoke": "60 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
+                 "paper": "the paper's sizes, 10 repetitions"}),
+    Table("mia_cifar10", "PQFed §V-D / Fig. 4 (CIFAR-10): membership-inference power, false-positive rate and "
+          "advantage against ε", [Cell(f"eps{e:g}", params={"epsilon": e, "data": "cifar10"}) for e in MIA_EPSILONS],
+          [Method(q) for q in ("power", "fpr", "advantage")], kind="analysis", analyze=mia, reference=None,
+          datasets=["cifar10"], seeds=[0],
+          figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (CIFAR-10, scale {ctx.scale})", "rate", ctx.path),
+          notes={"smoke": "60 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
+                 "federation (seed 0)", "paper": "the paper's sizes, one federation (seed 0)"}),
+    Table("table7", "PQFed Table VII (CIFAR-10): Algorithm 2, T's test accuracy after each stage (T with the i-th "
+          "closest client) and of the model Algorithm 2 returns", _on_cifar(TABLE8_CELLS, CIFAR["incremental"]),
+          [Method(n, o) for n, o in INNER.items()], metric="target_accuracy", tie=0.002, **CIFAR_TABLE8),
+    Table("table7_stop", "PQFed §VI-A (CIFAR-10): the stage where Algorithm 2 stops (first decrease of T's accuracy)",
+          [Cell("cifar10", CIFAR["incremental"], EVERY_STAGE)], [Method(n, o) for n, o in INNER.items()],
+          metric="algorithm2_stage", reference=None, tie=0.5, **CIFAR_TABLE8),
 ]

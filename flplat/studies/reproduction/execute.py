@@ -5,7 +5,8 @@ instance). Both yield ``(task, result, error)`` as runs finish, so the grid loop
 (:func:`run_grid`), the seeds of ``flplat sweep`` and the trial workers of ``flplat tune`` are written once. A run
 does the same thing in every backend: :func:`flplat.experiment.run_or_resume` (an interrupted run continues from its
 checkpoint); a job whose config fails while its run is prepared (e.g. an infeasible partition) is skipped with its
-reason; a run that fails for its own reasons (an exception) is reported in one line and the others go on (the command
+reason, a job whose dataset's files are absent with "data not found: <where to get them>" (:func:`skip_reason`); a
+run that fails for its own reasons (an exception) is reported in one line and the others go on (the command
 then exits 1; a re-run resumes it); one progress line per finished run (:class:`Progress`).
 
 Ray: a task whose worker or node dies (killed, preempted, lost) is retried by Ray (``max_retries``, system failures
@@ -17,12 +18,14 @@ the retry takes over the RUNNING run of its own id at once instead of waiting fo
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from flplat.data.files import DataUnavailableError
 from flplat.errors import ConfigError, RunFailed
 from flplat.studies.reproduction.grid import Job, Table
 from flplat.studies.reproduction.store import Store
@@ -30,6 +33,23 @@ from flplat.studies.reproduction.store import Store
 OWNER_ENV = "FLPLAT_RUN_OWNER"  # set while a Ray task runs: the owner tag of its MLflow run (flplat.owner)
 RAY_INSTALL = 'pip install -e ".[ray]"'
 LOCAL_SCHEMES = ("file:", "sqlite:")
+
+
+def skip_reason(e: ConfigError) -> str:
+    """Why a job was skipped, as the table says it: the error's line, or for a dataset whose files are absent
+    "data not found: <where to get them>" (the loaders' messages also list the directories looked in, which belong
+    on the console, not in the table)."""
+    msg = str(e)
+    if not isinstance(e, DataUnavailableError):
+        return msg
+    m = re.search(r"data not found: (.*?); need ", msg)  # flplat.data.sources.find_data (files only, no download)
+    if m:
+        return f"data not found: {m.group(1)} (then data.root=DIR or $FLPLAT_DATA)"
+    m = re.search(r"(\w+) data not found \(need (.*?)\)", msg)  # torchvision's datasets (flplat.data.files)
+    if m:
+        return (f"data not found: the {m.group(1)} files ({m.group(2)}) from torchvision (data.download=true) or "
+                "its site, then data.root=DIR or $FLPLAT_DATA")
+    return f"data not found: {msg}"
 
 
 def _run_job(job: Job, parent: str | None, threads: int | None = None
@@ -47,8 +67,8 @@ def _run_job(job: Job, parent: str | None, threads: int | None = None
     t0 = time.perf_counter()
     try:
         summary, run_id = run_or_resume(cfg, progress=False)
-    except ConfigError as e:  # found while preparing the run, e.g. an infeasible partition: skip this run only
-        return job.key, None, str(e), time.perf_counter() - t0
+    except ConfigError as e:  # found while preparing the run, e.g. an infeasible partition or absent data files:
+        return job.key, None, skip_reason(e), time.perf_counter() - t0  # skip this run only
     # the last round's metrics and the run-level summaries (logged at the last step too), as Store.finished reads
     # them back: a table's metric such as mean_local_accuracy_last10 is there on the first run as on a re-run
     return job.key, {**summary.metrics, **summary.final}, run_id, time.perf_counter() - t0

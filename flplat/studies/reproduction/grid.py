@@ -4,6 +4,7 @@ identified by the hash of its resolved config (:func:`flplat.config_io.config_ke
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Callable, Sequence
@@ -87,6 +88,17 @@ class Table:
     # the paper's findings about the whole table or figure, judged on our values (cell, row) -> values over seeds:
     # [(finding, holds (True / False; None: cannot be judged), what ours show)], rendered under the rows
     findings: Callable[[dict[tuple[str, str], list[float]]], list[tuple[str, bool | None, str]]] | None = None
+    # the datasets where the cells' ready configs do not say them (analysis tables, cells waiting with a reason):
+    # ``flplat reproduce --list`` shows them beside the configs' data.name
+    datasets: list[str] = field(default_factory=list)
+
+    def data_names(self) -> list[str]:
+        """The datasets this table runs: its ``datasets`` and the ``data.name`` of every ready config it names."""
+        names = list(self.datasets)
+        for path in dict.fromkeys([*(c.config for c in self.cells), *(m.config for m in self.methods)]):
+            if path:
+                names.append(_config_data_name(path))
+        return list(dict.fromkeys(names))
 
     def all_seeds(self, method: str) -> bool:
         """Whether ``method`` runs every seed under ``--baseline-seeds`` (the reference and the focus methods)."""
@@ -144,6 +156,13 @@ def with_added(table: Table, added: Sequence[Method]) -> Table:
         names.append(m.name)
     focus = [*(table.focus or [table.methods[-1].name]), *(m.name for m in added)]
     return replace(table, methods=[*table.methods, *added], focus=focus)
+
+
+@functools.cache
+def _config_data_name(path: str) -> str:
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.select(OmegaConf.load(REPO / path), "data.name", default="digits"))
 
 
 def paper_module(paper: str):
