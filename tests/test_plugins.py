@@ -178,6 +178,27 @@ def test_reproduce_jobs_2_workers_find_the_plugin_flag(tmp_path):
     assert {r.info.status for r in kids} == {"FINISHED"}
 
 
+def test_the_example_passes_flplat_check_and_joins_a_reproduced_table(tmp_path):
+    """Items 3 and 4 on a plugin: ``flplat check`` holds the example's algorithm to the built-ins' properties (the
+    in-process ones; the 2-process and kill + resume ones are in the slow suite), and ``--add-method`` puts it in a
+    paper's table beside the paper's methods, with no paper value and a verdict against the reference."""
+    out = _flplat(["check", "trimprox", "--plugin", "flplat_example_plugin.algorithm",
+                   "--only", "registry,smoke,determinism,checkpoint,failures,invalid_config"], EXAMPLE, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 6 and all(line.startswith("PASS") for line in lines), out.stdout
+    store = tmp_path / "store"
+    out = _flplat(["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
+                   "--methods", "FedAvg", "--seeds", "0", "--store-dir", store, "--plugin",
+                   "flplat_example_plugin.algorithm", "--add-method",
+                   "TrimProx=algorithm.name=trimprox,algorithm.trim=0.25"], EXAMPLE, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = next(line for line in out.stdout.splitlines() if "| TrimProx |" in line)
+    assert "not in the paper (added method)" in row and "no paper value (added method)" in row, row
+    kids = [r for r in _runs(store) if r.data.tags.get("mlflow.parentRunId")]
+    assert {r.data.params["algorithm.name"] for r in kids} == {"fedavg", "trimprox"}
+
+
 # --------------------------------------------------------------------------- clashes and failing imports
 
 
