@@ -36,3 +36,16 @@ def pytest_configure(config):
 
         torch.set_num_threads(1)
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every documented data location empty, so only the files a test writes exist (the papers' datasets' tests)."""
+    from flplat.data import files as dfiles
+
+    monkeypatch.delenv("FLPLAT_DATA", raising=False)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setattr(dfiles, "REPO_SHARED_DATA", tmp_path / "repo_shared" / "data")
+    monkeypatch.setattr(dfiles, "CACHE_DIR", tmp_path / "cache")
+    return tmp_path

@@ -14,21 +14,9 @@ import pytest
 import torch
 
 from flplat.config import DataConfig
-from flplat.data import files as dfiles
 from flplat.data.datasets import DataFormatError, DataUnavailableError, load_dataset
 from flplat.data.text import build_vocab, encode, tokenize
 from flplat.errors import ConfigError
-
-
-@pytest.fixture
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every documented location empty, so only the test's files exist."""
-    monkeypatch.delenv("FLPLAT_DATA", raising=False)
-    (tmp_path / "cwd").mkdir()
-    monkeypatch.chdir(tmp_path / "cwd")
-    monkeypatch.setattr(dfiles, "REPO_SHARED_DATA", tmp_path / "repo_shared" / "data")
-    monkeypatch.setattr(dfiles, "CACHE_DIR", tmp_path / "cache")
-    return tmp_path
 
 
 def cfg(name: str, root: Path | None = None, **groups) -> DataConfig:

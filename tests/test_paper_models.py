@@ -14,20 +14,8 @@ import pytest
 import torch
 from test_paper_datasets import CHEX_HEADER, _grey, _sent140_csv, write_csv
 
-from flplat.data import files as dfiles
 from flplat.errors import ConfigError
 from flplat.models import build_model
-
-
-@pytest.fixture
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every documented data location empty, so only the test's files exist (as in test_paper_datasets.py)."""
-    monkeypatch.delenv("FLPLAT_DATA", raising=False)
-    (tmp_path / "cwd").mkdir()
-    monkeypatch.chdir(tmp_path / "cwd")
-    monkeypatch.setattr(dfiles, "REPO_SHARED_DATA", tmp_path / "repo_shared" / "data")
-    monkeypatch.setattr(dfiles, "CACHE_DIR", tmp_path / "cache")
-    return tmp_path
 
 
 def n_params(m: torch.nn.Module) -> int:

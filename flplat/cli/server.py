@@ -24,19 +24,9 @@ import signal
 import sys
 import time
 
+from flplat.tracking.heartbeat import proc_stat
+
 SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
-
-
-def proc_stat(pid: int) -> tuple[int, int, int, str] | None:
-    """(parent pid, process group, start time in clock ticks since boot, state) from ``/proc/<pid>/stat``
-    (fields 4, 5, 22 and 3), or None when the process does not exist (or on a system without /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read().decode(errors="replace")
-    except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2:].split()  # the name (field 2) may hold spaces and parentheses
-    return int(rest[1]), int(rest[2]), int(rest[19]), rest[0]
 
 
 def descendants(root: int) -> dict[int, int]:

@@ -61,17 +61,24 @@ def optuna_heartbeat(tracking_cfg=None) -> tuple[int, int]:
     return interval, math.ceil(stale_after_s(interval, cfg.stale_beats, cfg.stale_margin_s))
 
 
-def process_start(pid: int) -> int | None:
-    """The start time of process ``pid`` (clock ticks since boot, field 22 of ``/proc/<pid>/stat``): with the pid,
-    it names one process (a pid is reused, never with the same start time). None when there is no such living
-    process (a zombie counts as ended) or no ``/proc``."""
+def proc_stat(pid: int) -> tuple[int, int, int, str] | None:
+    """(parent pid, process group, start time in clock ticks since boot, state) from ``/proc/<pid>/stat``
+    (fields 4, 5, 22 and 3), or None when the process does not exist (or on a system without /proc)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read().decode(errors="replace")
     except OSError:
         return None
     rest = raw[raw.rfind(")") + 2:].split()  # the name (field 2) may hold spaces and parentheses
-    return None if rest[0] in ("Z", "X") else int(rest[19])
+    return int(rest[1]), int(rest[2]), int(rest[19]), rest[0]
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks since boot, field 22 of ``/proc/<pid>/stat``): with the pid,
+    it names one process (a pid is reused, never with the same start time). None when there is no such living
+    process (a zombie counts as ended) or no ``/proc``."""
+    st = proc_stat(pid)
+    return None if st is None or st[3] in ("Z", "X") else st[2]
 
 
 def _read(path: str) -> str:
