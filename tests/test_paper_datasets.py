@@ -283,7 +283,7 @@ def test_chexpert_csv_images_uncertain_policy_and_metadata(isolated: Path) -> No
     assert ds.y_train[1].nonzero().flatten().tolist() == [1, 3, 5]  # U-Ones: -1 -> 1
     assert ds.meta["view"].tolist() == [0, 1] and ds.meta["sex"].tolist() == [0, 1]
     assert ds.meta["age"].tolist() == [68, 41] and ds.meta["age_group"].tolist() == [1, 0]
-    assert ds.meta["ap_pa"].tolist() == [0, -1] and ds.meta_test["sex"].tolist() == [2]
+    assert ds.meta["ap_pa"].tolist() == [0, -1] and ds.meta_test["sex"].tolist() == [-1]  # Unknown: missing
     assert ds.meta_test["age_group"].tolist() == [1]  # 50 >= the paper's threshold 50
     zeros = load_dataset(cfg("chexpert", d, chexpert={"image_size": 8, "uncertain": "zeros", "age_threshold": 69}), 0)
     assert zeros.y_train[1].nonzero().flatten().tolist() == [3] and zeros.meta["age_group"].tolist() == [0, 0]

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_paper_datasets import ACS_HEADER, SERENGETI_HEADER, isolated, write_csv, write_leaf  # noqa: F401
+from test_paper_datasets import (  # noqa: F401
+    ACS_HEADER,
+    CHEX_HEADER,
+    SERENGETI_HEADER,
+    _grey,
+    isolated,
+    write_csv,
+    write_leaf,
+)
 
 from flplat.cli import main
 from flplat.data.tabular import SERENGETI_WHERE
@@ -55,10 +63,11 @@ def test_list_names_every_dataset_of_every_paper_or_why_not() -> None:
             assert entry["datasets"], f"{paper}/{tid} names no dataset"
         names = {d for entry in tables.values() for d in entry["datasets"]}
         assert expected <= names, f"{paper}: {sorted(expected - names)} not in any table"
-    # the cells that cannot run yet say why, in the listing
+    # Flux's real-world tables run their ready configs (no cell waits with a reason any more)
     flux = listed["flux"]
-    assert "metadata partition" in flux["chexpert_known_association"]["reasons"][0]
-    assert "domain partition" in flux["officehome_test_phase"]["reasons"][0]
+    for tid, name in (("chexpert_known_association", "chexpert"), ("chexpert_test_phase", "chexpert"),
+                      ("officehome_known_association", "office_home"), ("officehome_test_phase", "office_home")):
+        assert flux[tid]["datasets"] == [name] and not flux[tid]["reasons"], tid
     from flplat.cli import main as cli
 
     assert cli(["reproduce", "--list"]) == 0
@@ -81,14 +90,12 @@ def test_absent_data_files_skip_the_cell_with_where_to_get_them(isolated: Path, 
                  "--store-dir", store]) == 0
     out = capsys.readouterr().out
     assert "data not found: the cifar10 files" in out and "data.download=true" in out
+    # Flux's CheXpert cells (a metadata partition on real files) skip the same way
+    from flplat.data.medical import CHEXPERT_WHERE
 
-
-def test_cells_waiting_for_a_partition_complete_with_their_reason(isolated: Path, capsys) -> None:  # noqa: F811
-    assert main(["reproduce", "flux", "chexpert_known_association", "officehome_test_phase", "--scale", "smoke",
-                 "--store-dir", str(isolated / "store")]) == 0
-    out = capsys.readouterr().out
-    assert "| low | every method |" in out and "needs the metadata partition" in out
-    assert "| domains | every method |" in out and "needs the domain partition" in out
+    assert main(["reproduce", "flux", "chexpert_test_phase", "--scale", "smoke", "--cells", "low", "--methods",
+                 "FedAvg", "--store-dir", store]) == 0
+    assert f"data not found: {CHEXPERT_WHERE} (then data.root=DIR or $FLPLAT_DATA)" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------ one smoke cell per new dataset, end to end
@@ -168,6 +175,38 @@ def _cifar100(root: Path) -> list[str]:
     return [f"data.root={root}"]
 
 
+def _chexpert(root: Path) -> list[str]:
+    """train.csv / valid.csv (the public columns, CheXpert-v1.0-small paths) and the grey JPEGs they name."""
+    rng = random.Random(0)
+    d = root / "CheXpert-v1.0-small"
+
+    def rows(split: str, n: int) -> list[list[str]]:
+        out = []
+        for i in range(n):
+            view = ("Frontal", "Lateral")[i % 2]
+            rel = f"{split}/patient{i:05d}/study1/view1_{view.lower()}.jpg"
+            _grey(d / rel, rng.randint(0, 255), size=12)
+            labels = [rng.choice(["1.0", "0.0", "", "-1.0"]) for _ in range(14)]
+            out.append([f"CheXpert-v1.0-small/{rel}", ("Female", "Male")[(i // 2) % 2], str(rng.randint(20, 90)), view,
+                        "AP" if view == "Frontal" else "", *labels])
+        return out
+
+    write_csv(d / "train.csv", rows("train", 80), header=CHEX_HEADER)
+    write_csv(d / "valid.csv", rows("valid", 24), header=CHEX_HEADER)
+    return [f"data.root={d}"]
+
+
+def _office_home(root: Path) -> list[str]:
+    """The archive's <Domain>/<Class>/*.jpg layout ("Real World" with a space, as the zip spells it)."""
+    rng = random.Random(0)
+    for dom in ("Art", "Clipart", "Product", "Real World"):
+        for cls in ("Alarm_Clock", "Backpack", "Batteries"):
+            for j in range(5):
+                _grey(root / "OfficeHomeDataset_10072016" / dom / cls / f"{j:05d}.jpg", rng.randint(0, 255), size=12,
+                      mode="RGB")
+    return [f"data.root={root}", "data.officehome.num_classes=3"]
+
+
 # dataset -> (paper, table, cell, the files' writer, the model its smoke scale runs)
 SMOKE_CELLS = {
     "acs_income": ("clust-psi-pfl", "table3_acs_income", "dirichlet_50", _acs, "mlp"),
@@ -176,6 +215,8 @@ SMOKE_CELLS = {
     "amazon_reviews": ("clust-psi-pfl", "table3_amazon_reviews", "similarity_1", _amazon, "amazon_dnn"),
     "femnist": ("dapfl", "table3_femnist", "femnist_k20_low", _femnist, "mlp"),
     "cifar100": ("dapfl", "table2", "cifar100_k20_low", _cifar100, "mlp"),
+    "chexpert": ("flux", "chexpert_test_phase", "high", _chexpert, "mlp"),
+    "office_home": ("flux", "officehome_known_association", "domains", _office_home, "mlp"),
 }
 
 
@@ -195,6 +236,38 @@ def test_one_smoke_cell_per_new_dataset_runs_on_generated_files(dataset: str, is
     assert f"[1/1] {table} {cell} FedAvg s0" in err
     row = _row(out, "FedAvg")
     assert "not run" not in row and "skipped" not in row
+
+
+@pytest.mark.parametrize("dataset, other, metric", [
+    ("chexpert", "chexpert_known_association", "test_phase_auroc"),
+    ("office_home", "officehome_test_phase", "known_association_accuracy"),
+])
+def test_flux_real_world_cells_run_and_render_a_number(dataset: str, other: str, metric: str, isolated: Path,  # noqa: F811
+                                                       capsys) -> None:
+    """Flux's CheXpert / Office-Home tables run their metadata-partition configs end to end on generated files: the
+    FedAvg row has a number (CheXpert: macro ROC AUC in %, scale factor 100), and the table sharing the runs
+    (known association / test phase) trains nothing new and has a number too."""
+    from mlflow.tracking import MlflowClient
+
+    paper, table, cell, write, _ = SMOKE_CELLS[dataset]
+    over = write(isolated / dataset)
+    store = str(isolated / "store")
+    args = ["--scale", "smoke", "--cells", cell, "--methods", "FedAvg", "--store-dir", store, "--set", *over]
+    assert main(["reproduce", paper, table, *args]) == 0
+    out, _ = capsys.readouterr()
+    value = _row(out, "FedAvg").split("|")[3].strip()
+    assert float(value.split()[0]) > 0, value
+    client = MlflowClient(tracking_uri=f"sqlite:///{Path(store).resolve() / 'mlflow.db'}")
+    (run,) = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+              if r.info.run_name == f"{table}/{cell}/FedAvg/s0"]
+    # the tables read the metrics the run logs (CheXpert: known_association_auroc / test_phase_auroc)
+    tables = {t.id: t for t in rp.paper_tables(paper)}
+    assert tables[table].metric in run.data.metrics and tables[other].metric in run.data.metrics
+    assert run.data.params["partition.name"] == "metadata" and metric in run.data.metrics
+    assert main(["reproduce", paper, other, *args]) == 0
+    out, err = capsys.readouterr()
+    assert "1 of 1 runs already finished, skipped" in err
+    assert float(_row(out, "FedAvg").split("|")[3].strip().split()[0]) > 0
 
 
 def test_clust_psi_pfl_figures_5_to_8_draw_from_acsincome_runs(isolated: Path, capsys) -> None:  # noqa: F811

@@ -1,6 +1,9 @@
 """Write the ready configs for Flux's Table 1 MNIST / FMNIST / CIFAR-10 / CIFAR-100 columns (App. F.1: 4 shift types
-x 8 levels) and the
-1,200-client scalability setting (App. F.2, Table 50, with the local data duplicated: ``partition.train_copies``).
+x 8 levels), the
+1,200-client scalability setting (App. F.2, Table 50, with the local data duplicated: ``partition.train_copies``) and
+the real-world sets (App. B.1, F.4 / Table 59): configs/flux/chexpert_{low,medium,high}.yaml and
+configs/flux/officehome.yaml (``partition.name=metadata``: the planted distributions are level combinations of the
+loaders' metadata columns).
 
 One YAML per (dataset, shift type, level) under configs/flux/table1/, with the paper's setup (App. B.2: LeNet-5 on
 MNIST / FMNIST / CIFAR-10 and ResNet-9 on CIFAR-100, 10 rounds (CIFAR-100: 15), 10 clients, E=2, SGD lr 0.005
@@ -119,6 +122,79 @@ tracking:
 {defaults}"""
 
 
+# App. B.1: "Low heterogeneity: 2 distributions based on ViewPosition (Frontal vs. Lateral). Medium heterogeneity: 4
+# distributions based on ViewPosition and Age (<50 vs. >=50). High heterogeneity: 8 distributions based on
+# ViewPosition, Age, and Sex (Male vs. Female)" -> the chexpert loader's meta columns view / age / sex
+CHEXPERT_LEVELS = {
+    "low": (["view"], "2 distributions by ViewPosition (Frontal vs. Lateral)"),
+    "medium": (["view", "age"], "4 distributions by ViewPosition and Age (< 50 vs. >= 50)"),
+    "high": (["view", "age", "sex"], "8 distributions by ViewPosition, Age and Sex (Male vs. Female)"),
+}
+
+REAL = """# Flux (seed 003) {where}: {dataset_name}, {what}.
+# Paper setup (App. B.2{f4}): ResNet-9, {clients_note}, {rounds} rounds, E=2, SGD lr 0.005 momentum 0.9, batch 64,
+# 20% validation{loss}; DBSCAN eps scaling 1.0 (App. D.2).
+# Choices the paper leaves open: {choices}
+# Run:  flplat run {path} algorithm.name=flux   (also flux_prior, fedavg, cfl, ifca, apfl, ...)
+seed: 0
+data:
+  name: {dataset}
+partition:
+  name: metadata
+  meta_columns: [{columns}]
+  meta_bins: {bins}
+  meta_assign: {assign}
+  num_clients: 20
+  num_unseen_clients: 20
+  samples_per_client: 0
+  train_fraction: 0.6
+  val_fraction: 0.2
+  test_fraction: 0.2
+model:
+  name: resnet9
+algorithm:
+  name: flux
+federation:
+  rounds: {rounds}
+  client_fraction: 1.0
+  local_epochs: 2
+  batch_size: 64
+  eval_batch_size: 1024
+  optimizer:
+    name: sgd
+    lr: 0.005
+    momentum: 0.9
+tracking:
+  experiment: flux-{experiment}
+{defaults}"""
+
+UNSEEN = ("20 unseen test clients (Flux's test phase) drawn from the training clients' distributions, the pool dealt "
+          "evenly to the 40 clients, a 60/20/20 train/validation/test split per training client")
+
+
+def real_world(root: Path) -> None:
+    """configs/flux/chexpert_<level>.yaml and configs/flux/officehome.yaml (App. B.1, B.2, F.4)."""
+    for level, (columns, what) in CHEXPERT_LEVELS.items():
+        path = root / f"chexpert_{level}.yaml"
+        path.write_text(REAL.format(
+            where="App. F.4 / Table 59 cell", dataset_name="CheXpert", what=f"non-IID level {level}: {what} (App. "
+            "B.1)", f4=", F.4", clients_note="20 clients", rounds=20,
+            loss=", binary cross-entropy (multi-label), macro ROC AUC", dataset="chexpert",
+            choices=f"{UNSEEN}; each client draws its distribution uniformly (partition.meta_assign=random, as the "
+            "authors' generator); a sample of unknown sex belongs to no distribution.",
+            path=path.relative_to(root.parents[1]), columns=", ".join(columns),
+            bins="{age: [50]}" if "age" in columns else "{}", assign="random", experiment="chexpert",
+            defaults=defaults(1.0)))
+    path = root / "officehome.yaml"
+    path.write_text(REAL.format(
+        where="Table 1 cell", dataset_name="Office-Home", what="its four domains Art, Clipart, Product, Real-World as "
+        "the distributions, 20 classes (App. B.1)", f4="", clients_note="20 clients", rounds=40, loss="",
+        dataset="office_home", choices="the number of clients (20, as CheXpert's in App. F.4); " + UNSEEN + "; the "
+        "domains cycled over the clients (partition.meta_assign=balanced, as the authors' generator).",
+        path=path.relative_to(root.parents[1]), columns="domain", bins="{}", assign="balanced",
+        experiment="officehome", defaults=defaults(1.0)))
+
+
 def main() -> None:
     root = Path(__file__).resolve().parents[1] / "configs" / "flux"
     (root / "table1").mkdir(parents=True, exist_ok=True)
@@ -131,6 +207,7 @@ def main() -> None:
                 path.write_text(TEMPLATE.format(dataset=dataset, shift=shift, level=level, path=rel, model=model,
                                                 mname=mname, rounds=rounds, defaults=defaults(scaling)))
     (root / "scalability_1200.yaml").write_text(SCALE.format(defaults=defaults(1.0)))
+    real_world(root)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ decoded-data cache (``data.cache_dir``), keyed by the two CSVs' contents and the
 under unchanged CSVs is not noticed (``data.cache=false`` reads them again).
 
 Metadata (``meta`` / ``meta_test``, int64, the codes the metadata partitions read):
-``view`` Frontal 0, Lateral 1; ``sex`` Female 0, Male 1, Unknown (or blank) 2; ``age`` in years (-1 when blank);
+``view`` Frontal 0, Lateral 1; ``sex`` Female 0, Male 1, Unknown (or blank) -1 (missing: App. B.1's distributions
+are "Male vs. Female", so a metadata partition on ``sex`` leaves such a sample out); ``age`` in years (-1 when blank);
 ``age_group`` 1 when age >= ``data.chexpert.age_threshold`` else 0 (App. B.1: "Age (<50 vs. >=50)"; Flux's code
 splits at 60); ``ap_pa`` AP 0, PA 1, LL 2, RL 3, blank or other -1.
 """
@@ -47,7 +48,7 @@ CHEXPERT_META_COLUMNS = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA"]
 CHEXPERT_WHERE = ("CheXpert-v1.0-small from stanfordmlgroup.github.io/competitions/chexpert (or the Kaggle copy "
                   "ashery/chexpert)")
 VIEW_CODES = {"Frontal": 0, "Lateral": 1}
-SEX_CODES = {"Female": 0, "Male": 1, "Unknown": 2, "": 2}
+SEX_CODES = {"Female": 0, "Male": 1, "Unknown": -1, "": -1}
 AP_PA_CODES = {"AP": 0, "PA": 1, "LL": 2, "RL": 3}
 
 
@@ -98,7 +99,7 @@ def _read_split(d: Path, name: str, cfg, max_rows: int = 0):
             raise DataFormatError(f"{path}: line {line}: Frontal/Lateral is Frontal or Lateral, got {view!r}")
         age = row["Age"].strip()
         meta["view"][i] = VIEW_CODES[view]
-        meta["sex"][i] = SEX_CODES.get(row["Sex"].strip(), 2)
+        meta["sex"][i] = SEX_CODES.get(row["Sex"].strip(), -1)
         meta["age"][i] = int(float(age)) if age else -1
         meta["age_group"][i] = int(meta["age"][i] >= thr)
         meta["ap_pa"][i] = AP_PA_CODES.get(row["AP/PA"].strip(), -1)
@@ -118,7 +119,8 @@ def load_chexpert(cfg: DataConfig) -> Dataset:
             out.update({f"x_{split}": x, f"y_{split}": y, **{f"meta_{split}_{k}": v for k, v in meta.items()}})
         return out
 
-    settings = (int(c.image_size), str(c.uncertain), int(c.age_threshold), int(c.max_train_rows))
+    # "sex-1": unknown sex is coded -1 (caches written with the earlier code 2 are not reused)
+    settings = (int(c.image_size), str(c.uncertain), int(c.age_threshold), int(c.max_train_rows), "sex-1")
     a = cached(cfg, "chexpert", settings, [d / "train.csv", d / "valid.csv"], build)
     meta = {k[len("meta_train_"):]: v for k, v in a.items() if k.startswith("meta_train_")}
     meta_te = {k[len("meta_test_"):]: v for k, v in a.items() if k.startswith("meta_test_")}

@@ -137,34 +137,45 @@ def _image_tables(d: str) -> list[Table]:
     ]
 
 
-# CheXpert (App. F.4, Table 59; Table 1 is the mean of its three levels) and Office-Home (Table 1): cells whose runs
-# need what this branch does not have yet, said per cell (nothing is run for them)
-NEEDS_METADATA = ("needs the metadata partition (App. B.1: 2 distributions by ViewPosition, 4 by ViewPosition and Age "
-                  "< 50 / >= 50, 8 by ViewPosition, Age and Sex; 20 clients) with planted distribution ids, and BCE "
-                  "training with macro ROC AUC as the metric: not in flplat yet (issue 23 items 2-3), so no run is "
-                  "made for it")
-NEEDS_DOMAINS = ("needs the domain partition (App. B.1: Office-Home's four domains Art, Clipart, Product, Real-World "
-                 "as the distributions, 20 classes) with planted distribution ids: not in flplat yet (issue 23 item "
-                 "3), so no run is made for it")
+# CheXpert (App. F.4, Table 59; Table 1 is the mean of its three levels) and Office-Home (Table 1): the ready configs
+# of tools/make_flux_configs.py (partition.name=metadata: App. B.1's distributions are level combinations of the
+# loaders' metadata columns; ResNet-9, 20 clients, 20 rounds on CheXpert, 40 on Office-Home, App. B.2 / F.4)
 CHEXPERT_METHODS = [m for m in METHODS if m.name != "ATP"]  # App. F.4: "The ATP baseline is omitted"
-CHEXPERT_CELLS = [Cell(lv) for lv in ("low", "medium", "high")]
-OFFICEHOME_CELLS = [Cell("domains")]
-REAL = dict(seeds=[0, 1, 2], scale_factor=100.0, tie=0.005, focus=["Flux", "Flux-prior"],
-            notes={s: "no run yet (see the cells' reason)" for s in ("smoke", "reduced", "paper")})
+CHEXPERT_CELLS = [Cell(lv, f"configs/flux/chexpert_{lv}.yaml") for lv in ("low", "medium", "high")]
+OFFICEHOME_CELLS = [Cell("domains", "configs/flux/officehome.yaml")]
+# smoke: tiny images and few clients (the CI's generated files hold a few dozen images)
+REAL_SMOKE = [*SMOKE, "partition.num_clients=4", "partition.num_unseen_clients=2"]
+CHEXPERT_SCALES = {"smoke": [*REAL_SMOKE, "data.chexpert.image_size=16"],
+                   "reduced": ["data.chexpert.max_train_rows=20000", "data.chexpert.image_size=32"]}
+OFFICEHOME_SCALES = {"smoke": [*REAL_SMOKE, "data.officehome.image_size=16"],
+                     "reduced": ["data.officehome.image_size=32"]}
+_SMOKE_NOTE = "CI size: 4 clients (2 unseen), 16 x 16 images, 2 rounds of 1 epoch, the MLP"
+CHEXPERT_NOTES = {
+    "smoke": _SMOKE_NOTE,
+    "reduced": "the first 20,000 rows of train.csv instead of all (data.chexpert.max_train_rows) and 32 x 32 images "
+               "instead of 64 x 64; ResNet-9, 20 + 20 unseen clients, 20 rounds, E = 2, lr 0.005 as the paper. "
+               + GUARD,
+    "paper": "the paper's setting (the ready configs as they are; the whole train.csv, 64 x 64 images as Flux's code). "
+             + GUARD}
+OFFICEHOME_NOTES = {
+    "smoke": _SMOKE_NOTE,
+    "reduced": "32 x 32 images instead of 64 x 64; ResNet-9, 20 + 20 unseen clients, 40 rounds, E = 2, lr 0.005 as "
+               "the paper. " + GUARD,
+    "paper": "the paper's setting (the ready config as it is). " + GUARD}
+REAL = dict(seeds=[0, 1, 2], scale_factor=100.0, tie=0.005, focus=["Flux", GUARDED, "Flux-prior"])
+CHEXPERT = dict(scales=CHEXPERT_SCALES, notes=CHEXPERT_NOTES, **REAL)
+OFFICEHOME = dict(scales=OFFICEHOME_SCALES, notes=OFFICEHOME_NOTES, **REAL)
 
 for _d in IMAGE_SETS:
     TABLES += _image_tables(_d)
 TABLES += [
     Table("chexpert_known_association", "Flux App. F.4 / Table 59 (CheXpert): macro ROC AUC with known association, "
-          "three non-IID levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="known_association_auc",
-          undefined={c.id: NEEDS_METADATA for c in CHEXPERT_CELLS}, datasets=["chexpert"], **REAL),
+          "three non-IID levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="known_association_auroc", **CHEXPERT),
     Table("chexpert_test_phase", "Flux App. F.4 / Table 59 (CheXpert): macro ROC AUC in the test phase, three non-IID "
-          "levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="test_phase_auc",
-          undefined={c.id: NEEDS_METADATA for c in CHEXPERT_CELLS}, datasets=["chexpert"], **REAL),
+          "levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="test_phase_auroc", **CHEXPERT),
     Table("officehome_known_association", "Flux Table 1 (Office-Home): accuracy with known association, its four "
           "domains as the distributions", OFFICEHOME_CELLS, METHODS, metric="known_association_accuracy",
-          undefined={c.id: NEEDS_DOMAINS for c in OFFICEHOME_CELLS}, datasets=["office_home"], **REAL),
+          **OFFICEHOME),
     Table("officehome_test_phase", "Flux Table 1 (Office-Home): test-phase accuracy, its four domains as the "
-          "distributions", OFFICEHOME_CELLS, METHODS, metric="test_phase_accuracy",
-          undefined={c.id: NEEDS_DOMAINS for c in OFFICEHOME_CELLS}, datasets=["office_home"], **REAL),
+          "distributions", OFFICEHOME_CELLS, METHODS, metric="test_phase_accuracy", **OFFICEHOME),
 ]
