@@ -10,12 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_paper_datasets import (  # noqa: F401
+from test_paper_datasets import (
     ACS_HEADER,
     CHEX_HEADER,
     SERENGETI_HEADER,
     _grey,
-    isolated,
     write_csv,
     write_leaf,
 )
@@ -77,7 +76,7 @@ def _row(out: str, method: str) -> str:
     return next(line for line in out.splitlines() if f"| {method} |" in line)
 
 
-def test_absent_data_files_skip_the_cell_with_where_to_get_them(isolated: Path, capsys) -> None:  # noqa: F811
+def test_absent_data_files_skip_the_cell_with_where_to_get_them(isolated: Path, capsys) -> None:
     """A train table: the cell's runs are skipped, the grid completes and the row's note says "data not found:
     <where to get the files>"; an analysis table (PQFed Fig. 3a on CIFAR-10) the same instead of an error."""
     store = str(isolated / "store")
@@ -221,7 +220,7 @@ SMOKE_CELLS = {
 
 
 @pytest.mark.parametrize("dataset", list(SMOKE_CELLS))
-def test_one_smoke_cell_per_new_dataset_runs_on_generated_files(dataset: str, isolated: Path,  # noqa: F811
+def test_one_smoke_cell_per_new_dataset_runs_on_generated_files(dataset: str, isolated: Path,
                                                                 capsys) -> None:
     paper, table, cell, write, model = SMOKE_CELLS[dataset]
     if model not in MODELS:  # the text models come with branch models23 (issue 23 item 2)
@@ -242,7 +241,7 @@ def test_one_smoke_cell_per_new_dataset_runs_on_generated_files(dataset: str, is
     ("chexpert", "chexpert_known_association", "test_phase_auroc"),
     ("office_home", "officehome_test_phase", "known_association_accuracy"),
 ])
-def test_flux_real_world_cells_run_and_render_a_number(dataset: str, other: str, metric: str, isolated: Path,  # noqa: F811
+def test_flux_real_world_cells_run_and_render_a_number(dataset: str, other: str, metric: str, isolated: Path,
                                                        capsys) -> None:
     """Flux's CheXpert / Office-Home tables run their metadata-partition configs end to end on generated files: the
     FedAvg row has a number (CheXpert: macro ROC AUC in %, scale factor 100), and the table sharing the runs
@@ -270,7 +269,7 @@ def test_flux_real_world_cells_run_and_render_a_number(dataset: str, other: str,
     assert float(_row(out, "FedAvg").split("|")[3].strip().split()[0]) > 0
 
 
-def test_clust_psi_pfl_figures_5_to_8_draw_from_acsincome_runs(isolated: Path, capsys) -> None:  # noqa: F811
+def test_clust_psi_pfl_figures_5_to_8_draw_from_acsincome_runs(isolated: Path, capsys) -> None:
     """Figs. 5-8 on generated ACSIncome files (one cell, FedAvg and Clust-PSI-PFL): the silhouette curves, τ, the
     accuracies and the local-accuracy ECDF (read from the runs' client tables) are written as PNG files; the four
     tables share two runs."""
