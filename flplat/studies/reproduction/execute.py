@@ -132,6 +132,8 @@ class Backend:
         """Whether the tracking store and checkpoints are seen by every worker (only a cluster needs a check)."""
 
     def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Task, Any, BaseException | None]]:
+        """Run ``tasks`` and yield ``(task, result, error)`` as each ends: each backend's own (abstract here;
+        :class:`LocalBackend` and :class:`RayBackend` implement it)."""
         raise NotImplementedError
 
     def report(self, task: Task, error: BaseException) -> None:
