@@ -615,6 +615,15 @@ def test_flux_true_m_row_runs_every_seed_like_flux():
     assert {j.key for j in jobs if j.method == "true M"} == {j.key for j in jobs if j.method == "Flux"}
 
 
+def test_every_flux_table_runs_every_seed_for_the_papers_flux_row():
+    """Under --baseline-seeds the paper's own row ("Flux") keeps every seed in every Flux table, the scalability one
+    included (its last row is the opt-in "Flux (d' only)", which alone was the default focus)."""
+    from flplat.studies.papers import flux
+    for table in flux.TABLES:
+        if table.kind == "train" and any(m.name == "Flux" for m in table.methods):
+            assert table.all_seeds("Flux"), table.id
+
+
 def test_a_run_logged_before_the_fedartml_metrics_gives_no_old_value_under_the_new_names(tmp_path):
     """A finished run stored before ``hellinger``, ``jsd``, ``emd`` became FedArtML's multi-client definitions (its
     three values are client-to-global means) is read back with them as ``*_to_global``, by the reproduction store

@@ -104,7 +104,7 @@ TABLES = [
     Table("scalability", "Flux App. F.2 / Table 50 (MNIST): 1,200 clients, participation 0.2, known association",
           SCALABILITY_CELLS, [*(m for m in METHODS if m.name in ("FedAvg", "Flux", GUARDED)), LABEL_FREE],
           metric="known_association_accuracy", scales=SCALABILITY_SCALES, notes=SCALABILITY_NOTES, seeds=[0, 1, 2],
-          scale_factor=100.0, tie=0.005),
+          scale_factor=100.0, tie=0.005, focus=["Flux", GUARDED, LABEL_FREE.name]),
 ]
 
 # ---------------------------------------------------------------------- Table 1's other datasets (App. F.1, F.4, B.1)
