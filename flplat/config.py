@@ -326,6 +326,17 @@ ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 
 
+_SCHEMAS: dict[type, DictConfig] = {}
+
+
+def structured_schema(cls: type) -> DictConfig:
+    """``OmegaConf.structured(cls)``, built once per dataclass (the slowest part of loading a config: a grid plans
+    hundreds). Only ever read: pass it as the first config of ``OmegaConf.merge``, which copies it."""
+    if cls not in _SCHEMAS:
+        _SCHEMAS[cls] = OmegaConf.structured(cls)
+    return _SCHEMAS[cls]
+
+
 def namespaced_section(section: str, registry: dict, raw: Any) -> DictConfig:
     """Validate a ``{name: ..., **params}`` section against the registered entry's Config dataclass."""
     raw = OmegaConf.to_container(raw) if isinstance(raw, DictConfig) else dict(raw or {})
@@ -333,7 +344,7 @@ def namespaced_section(section: str, registry: dict, raw: Any) -> DictConfig:
     if name not in registry:
         raise ConfigError(f"{section}.name={name!r} is not valid; choose one of: {', '.join(sorted(registry))}")
     schema_cls = registry[name].Config
-    schema = OmegaConf.structured(schema_cls)
+    schema = structured_schema(schema_cls)
     params = {k: v for k, v in raw.items() if k != "name"}
     unknown = sorted(set(params) - {f.name for f in dataclasses.fields(schema_cls)})
     if unknown:
@@ -413,7 +424,7 @@ def _yaml_kind(path: Path) -> str | None:
 def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> DictConfig:
     """Merge the schema defaults, an optional YAML file and ``dotted.key=value`` overrides (not yet validated:
     :func:`flplat.experiment.load_config` parses and validates)."""
-    base = OmegaConf.structured(ExperimentConfig)
+    base = structured_schema(ExperimentConfig)
     layers = []
     if path is not None:
         p = Path(path)
