@@ -55,3 +55,24 @@ def test_flplat_dirichlet_deals_fedartmls_partition_from_fedartmls_random_stream
     assert res.returncode == 0, res.stderr[-3000:]
     assert "flplat's dirichlet(): 3 of 3 partitions identical" in res.stdout
     assert "| WPSI |" in res.stdout and "Similarity S=0 vs percent_noniid 100%" in res.stdout
+
+
+def test_per_seed_values_of_reproduced_rows_come_from_the_store(tmp_path):
+    """tools/reproduce_per_seed.py reads each seed's metrics of the finished runs (Flux, smoke) and marks a row the
+    store lacks (FedAvg, not run) with "—"."""
+    from flplat.cli import main
+
+    store = str(tmp_path / "store")
+    assert main(["reproduce", "flux", "known_association", "--scale", "smoke", "--cells", "label_l2", "--methods",
+                 "Flux", "--seeds", "0", "--store-dir", store]) == 0
+    spec = importlib.util.spec_from_file_location("per_seed", REPO / "tools" / "reproduce_per_seed.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = mod.per_seed("flux", "known_association", "smoke", [0], ["Flux", "FedAvg"],
+                        ["num_distributions", "known_association_accuracy", "ari"], store, [],
+                        ["label_l2"])
+    row = next(line for line in text.splitlines() if line.startswith("| label_l2"))
+    flux, fedavg = [c.strip() for c in row.strip("|").split("|")[1:]]
+    m, acc, ari = flux.split("; ")  # no clustering in 2 smoke rounds: no ARI logged
+    assert int(m) >= 2 and 0 <= float(acc) <= 100 and ari == "—"
+    assert fedavg == "—; —; —"
