@@ -468,7 +468,35 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         raise ConfigError(f"{key}: {first_line(e)}" if key else first_line(e)) from None
+    except TypeError as e:  # OmegaConf: "Cannot merge incompatible container types" (a mapping for a list, ...)
+        found = next((m for layer in layers if (m := _shape_mismatch(base, layer))), None)
+        raise ConfigError(found or first_line(e)) from None
     return cfg
+
+
+def _shape(node: Any) -> str:
+    from omegaconf import ListConfig
+
+    return "a mapping" if isinstance(node, DictConfig) else "a list" if isinstance(node, ListConfig) else "a value"
+
+
+EXAMPLE = {"a mapping": "{key: value}", "a list": "[a, b]"}
+
+
+def _shape_mismatch(schema: DictConfig, layer: DictConfig, prefix: str = "") -> str | None:
+    """The first key of ``layer`` that holds a mapping where ``schema`` holds a list or the other way round (what
+    OmegaConf's merge refuses with a bare TypeError), as a one-line message; None when there is none."""
+    for k in layer:
+        if k not in schema:
+            continue
+        want, got = _shape(schema._get_node(k)), _shape(layer._get_node(k))
+        if want != got and "a value" not in (want, got):
+            return f"{prefix}{k} is {got} where {want} is expected; allowed: {want}, e.g. {prefix}{k}={EXAMPLE[want]}"
+        if want == got == "a mapping":
+            found = _shape_mismatch(schema[k], layer[k], f"{prefix}{k}.")
+            if found:
+                return found
+    return None
 
 
 def _validate_paper_data(d: Any) -> None:

@@ -30,6 +30,18 @@ def test_config_file_must_be_a_mapping(tmp_path, capsys, monkeypatch, text, word
     assert words in _err(capsys, ["run", "c.yaml"], tmp_path)
 
 
+@pytest.mark.parametrize("where", ["override", "file"])
+def test_a_mapping_where_a_list_is_expected_is_named(tmp_path, capsys, monkeypatch, where):
+    """OmegaConf refuses to merge a mapping into a list with a bare TypeError; flplat names the key."""
+    monkeypatch.chdir(tmp_path)
+    if where == "file":
+        (tmp_path / "c.yaml").write_text("plugins:\n  a: 1\n")
+        argv = ["run", "c.yaml"]
+    else:
+        argv = ["run", QS, "plugins={a: 1}"]
+    assert "plugins is a mapping where a list is expected; allowed: a list" in _err(capsys, argv, tmp_path)
+
+
 @pytest.mark.parametrize("override", ["federation..rounds=1", ".rounds=1", "federation.=3"])
 def test_override_with_an_empty_key_part_is_named(tmp_path, capsys, monkeypatch, override):
     monkeypatch.chdir(tmp_path)
