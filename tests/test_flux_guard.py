@@ -150,3 +150,20 @@ def test_descriptor_part_marginal_end_to_end_sends_only_the_label_free_part():
     assert s.state.extra["centroids"].shape[1] == 6  # centroids in d' (late joiners, test phase)
     with pytest.raises(Exception, match="algorithm.descriptor_part='labels' is not valid"):
         load_config(None, ["algorithm.name=flux", "algorithm.descriptor_part=labels"])
+
+
+def test_flux_prior_clusters_the_same_whatever_the_dbscan_scaling():
+    """Flux-prior's K-means never reads ``dbscan_scaling`` (issue 24, item 2: its FMNIST rows need no runs at 1.0),
+    while Flux's adaptive DBSCAN does: the same descriptors, scaling 0.95 against 1.0."""
+    raw = np.zeros((6, 2 * (_flux().info.num_classes + 1)))
+    raw[:, 0] = [0.0, 0.1, 0.2, 3.0, 3.1, 3.35]
+    raw[:, 1::2] = 0.02
+    labels = {}
+    for name in ("flux_prior", "flux"):
+        for scaling in (0.5, 1.0):
+            strat = _flux(**{"algorithm.name": name, "algorithm.dbscan_scaling": scaling,
+                             "algorithm.num_clusters": 2})
+            state = _state(strat, raw)
+            labels[name, scaling] = strat._cluster(state, strat._scaler(state).transform(raw), np.arange(6)).tolist()
+    assert labels["flux_prior", 0.5] == labels["flux_prior", 1.0]
+    assert labels["flux", 0.5] != labels["flux", 1.0]
