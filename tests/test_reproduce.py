@@ -405,6 +405,32 @@ def test_a_run_that_fails_its_config_is_skipped_not_fatal(tmp_path, capsys):
     assert "not run: skipped, see note 1 |" in out and "1. skipped: seed 0: partition.name='dirichlet'" in out
 
 
+def test_a_job_whose_run_failed_shows_the_error_not_not_run(tmp_path, capsys):
+    """A job whose run ended FAILED (here: one written as a diverged run would be) is "failed, see note N" with the
+    run's recorded error; once a run of the same hash finishes, its value replaces the note."""
+    from mlflow.tracking import MlflowClient
+
+    from flplat.studies.papers import dapfl
+    from flplat.tracking.runs import store_uris
+
+    argv = ["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low", "--methods",
+            "FedAvg", "--seeds", "0", "--store-dir", str(tmp_path)]
+    t = next(x for x in dapfl.TABLES if x.id == "table3_digits")
+    job = rp.plan("dapfl", t, "smoke", [0], ["FedAvg"], ["digits_k20_low"], [], "reproduce-dapfl", str(tmp_path))[0]
+    store = rp.Store("reproduce-dapfl", str(tmp_path))
+    client = MlflowClient(tracking_uri=store_uris(None, str(tmp_path))[0])
+    run = client.create_run(store.exp_id, tags={"flplat.config_key": job.key,
+                                                "flplat.error": "diverged at round 2: every client's update is NaN"})
+    client.set_terminated(run.info.run_id, "FAILED")
+    assert main([*argv, "--render-only"]) == 0
+    out = capsys.readouterr().out
+    assert "| digits_k20_low | FedAvg | 66.83 | — | — | failed, see note 1 |" in out
+    assert "1. failed: seed 0: diverged at round 2: every client's update is NaN" in out
+    assert main(argv) == 0  # runs it: the finished run supersedes the failed one
+    out = capsys.readouterr().out
+    assert "failed" not in out and "| digits_k20_low | FedAvg | 66.83 | — | — | not run" not in out
+
+
 def test_render_table_gives_the_reason_of_skipped_runs():
     """Rows with skipped runs point to numbered notes (one per distinct set of seeds and reasons) under the table;
     a row with some seeds run keeps its verdict and says which seeds were skipped."""

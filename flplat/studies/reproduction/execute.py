@@ -390,6 +390,7 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
         if todo:
             print(f"{table.id}: {len(todo)} of {total} runs not finished, shown as not run (--render-only)",
                   file=sys.stderr)
+        _note_failures(store, jobs, done, skipped)
         return done
 
     for task, res, err in backend.run([job_task(j, parent) for j in todo]):
@@ -409,5 +410,14 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
             store.tag(run_id, paper, job)
         done[key] = (run_id, metrics)
         prog.step(job, secs, metrics.get(table.metric))
+    _note_failures(store, jobs, done, skipped)
     backend.raise_failures()
     return done
+
+
+def _note_failures(store: Store, jobs: list[Job], done: dict, skipped: dict[str, str]) -> None:
+    """A job with no finished run whose last run failed gets that run's error as its reason (the tables say
+    "failed, see note N" instead of "not run")."""
+    keys = {j.key for j in jobs} - set(done) - set(skipped)
+    if keys:
+        skipped.update({k: why for k, why in store.failed().items() if k in keys})

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flplat.studies.reproduction.grid import Table, select
+from flplat.studies.reproduction.store import FAILED
 from flplat.studies.reproduction.values import paper_value
 
 
@@ -111,10 +112,13 @@ def render_table(table: Table, paper_vals: dict[str, Any], ours: dict[tuple[str,
                             tie=table.tie * f, higher_is_better=table.higher_is_better, comparable=comparable)
             skips = (skipped or {}).get((c.id, m.name))
             if skips:
-                n = notes.setdefault(skip_note(skips), len(notes) + 1)
+                failed = all(r.startswith(FAILED) for _, r in skips)
+                kind = "failed" if failed else "skipped"
+                text = skip_note([(s, r[len(FAILED):] if failed else r) for s, r in skips])
+                n = notes.setdefault(f"{kind}: {text}", len(notes) + 1)
                 seeds = ", ".join(str(s) for s, _ in sorted(skips))
-                v = (f"not run: skipped, see note {n}" if not vals else
-                     f"{v}; seed{'s' if len(skips) > 1 else ''} {seeds} skipped, see note {n}")
+                v = ((f"not run: skipped, see note {n}" if not failed else f"failed, see note {n}") if not vals else
+                     f"{v}; seed{'s' if len(skips) > 1 else ''} {seeds} {kind}, see note {n}")
             lines.append(f"| {c.id} | {m.name} | {ptext} | {otext} | {diff} | {v} |")
             verdicts.append(v)
     if table.findings and ours:
@@ -126,8 +130,9 @@ def render_table(table: Table, paper_vals: dict[str, Any], ours: dict[tuple[str,
     count = {k: sum(k in v for v in verdicts) for k in ("claim holds", "claim fails", "within spread",
                                                           "outside spread")}
     if notes:
-        lines += ["", "Skipped runs (no run exists; the reason per seed):", ""]
-        lines += [f"{n}. skipped: {text}" for text, n in notes.items()]
+        lines += ["", "Runs without a value (skipped: no run exists; failed: the run ended with an error), the reason "
+                      "per seed:", ""]
+        lines += [f"{n}. {text}" for text, n in notes.items()]
     lines += ["", f"Claims: {count['claim holds']} hold, {count['claim fails']} fail. Values: {count['within spread']} "
                   f"within the paper's spread, {count['outside spread']} outside."]
     return "\n".join(lines) + "\n"

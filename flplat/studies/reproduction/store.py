@@ -16,6 +16,7 @@ from flplat.metrics.noniid import current_metrics
 from flplat.studies.reproduction.grid import Job
 
 SKIP_TAG = "flplat.reproduce.skipped."
+FAILED = "failed: "  # the reason of a job whose run ended with an error (e.g. diverged), as the tables show it
 
 # Keys added with a default that changes what a run does (where the condition's params hold): a run made before the
 # key existed ran with the value given here, so it stands for a new run only when the new run asks for that value.
@@ -191,6 +192,14 @@ class Store:
         """The reasons recorded on ``parent`` for the jobs skipped so far, by config hash."""
         tags = self.client.get_run(parent).data.tags
         return {k[len(SKIP_TAG):]: v for k, v in tags.items() if k.startswith(SKIP_TAG)}
+
+    def failed(self) -> dict[str, str]:
+        """``FAILED`` + the recorded error of the newest FAILED run (it ended with an error, e.g. diverged) per config
+        hash, so a table shows why a job has no value; a finished run of the same hash supersedes it."""
+        runs = self._search("attributes.status = 'FAILED'")
+        runs.sort(key=lambda r: r.info.start_time)
+        return {r.data.tags["flplat.config_key"]: FAILED + r.data.tags.get("flplat.error", "no error recorded")
+                for r in runs if "flplat.config_key" in r.data.tags}
 
     def skip(self, parent: str, key: str, reason: str) -> None:
         self.client.set_tag(parent, SKIP_TAG + key, reason[:5000])
