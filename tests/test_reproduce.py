@@ -641,6 +641,23 @@ def test_flux_true_m_row_runs_every_seed_like_flux():
     assert {j.key for j in jobs if j.method == "true M"} == {j.key for j in jobs if j.method == "Flux"}
 
 
+def test_methods_across_several_tables_apply_where_each_table_has_them(capsys):
+    """``known_association ari --methods FedAvg,Flux``: FedAvg is a row of the first table only (ARI has no
+    reference row), so the second takes Flux alone; a name in none of the tables is an error; one table keeps the
+    strict check; a table with none of the names is left out with one line."""
+    from flplat.studies.papers import flux
+    ka, ari = (next(x for x in flux.TABLES if x.id == i) for i in ("known_association", "ari"))
+    sel = rp.per_table([ka, ari], ["FedAvg", "Flux"], ["label_l2"])
+    assert sel == {"known_association": (["FedAvg", "Flux"], ["label_l2"]), "ari": (["Flux"], ["label_l2"])}
+    with pytest.raises(ConfigError, match="--methods=Nope is in none of the tables known_association, ari"):
+        rp.per_table([ka, ari], ["FedAvg", "Nope"], None)
+    assert rp.per_table([ari], ["FedAvg"], None) == {"ari": (["FedAvg"], None)}  # plan() then refuses it
+    with pytest.raises(ConfigError, match="--methods=FedAvg unknown"):
+        rp.plan("flux", ari, "smoke", [0], ["FedAvg"], None, [], "e", "/tmp/u")
+    assert rp.per_table([ka, ari], ["FedAvg"], None) == {"known_association": (["FedAvg"], None)}
+    assert "ari: none of the --methods given is in this table; left out" in capsys.readouterr().err
+
+
 def test_every_flux_table_runs_every_seed_for_the_papers_flux_row():
     """Under --baseline-seeds the paper's own row ("Flux") keeps every seed in every Flux table, the scalability one
     included (its last row is the opt-in "Flux (d' only)", which alone was the default focus)."""

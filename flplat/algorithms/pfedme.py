@@ -23,9 +23,9 @@ The inner solver (``inner_optimizer``). ``"sgd"`` (default): plain gradient step
 and η_p·λ = 0.1·15 = 1.5 > 1 the proximal part alone maps θ − w to (1 − η_pλ)(θ − w) = −0.5(θ − w) per plain step,
 which converges, but momentum turns that overshoot into growing oscillations. Along a direction of loss curvature h
 a plain step maps θ − θ* by 1 − η_p(λ + h), so it is stable only while h < 2/η_p − λ (= 5 at the defaults): LeNet-5
-under Flux's protocol exceeds that on some cells and diverges (docs/results.md, "pFedMe under Flux's protocol"). ``"federation"`` (opt-in): the
-federation's optimizer (the earlier flplat behaviour). ``inner_weight_decay`` is the authors' μ (their code's
-default 0.001; not in the paper's Algorithm 1, so 0 here).
+under Flux's protocol exceeds that on some cells and diverges (docs/results.md, "pFedMe under Flux's protocol").
+``"federation"`` (opt-in): the federation's optimizer (the earlier flplat behaviour). ``inner_weight_decay`` is the
+authors' μ (their code's default 0.001; not in the paper's Algorithm 1, so 0 here).
 
 ``inner_batch``: ``"same"`` (default, the paper and the authors' code) K steps on one minibatch; ``"fresh"`` (opt-in,
 the earlier flplat behaviour) a new minibatch every inner step, so the K inner steps see K consecutive minibatches;

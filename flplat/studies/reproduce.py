@@ -73,6 +73,7 @@ from flplat.studies.reproduction.grid import (
     paper_module,
     paper_tables,
     parse_added_method,
+    per_table,
     plan,
     resolve_scale,
     select,
@@ -92,8 +93,8 @@ __all__ = [
     "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Backend", "Cell", "FigureContext", "Job", "LocalBackend",
     "Method", "Progress", "RayBackend", "Store", "Table", "check_paper_values", "compatible", "config_key",
     "default_jobs", "job_commands", "listing", "load_paper_values", "make_backend", "out_stem", "paper_module",
-    "paper_tables", "paper_value", "parse_added_method", "plan", "plot_cells", "plot_curves", "render_table",
-    "reproduce", "resolve_scale", "run_grid", "run_params", "select", "verdict", "with_added",
+    "paper_tables", "paper_value", "parse_added_method", "per_table", "plan", "plot_cells", "plot_curves",
+    "render_table", "reproduce", "resolve_scale", "run_grid", "run_params", "select", "verdict", "with_added",
 ]
 
 
@@ -132,34 +133,37 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
     experiment = f"reproduce-{paper}"
     # validate every table's grid before any run exists
     plans = {}
+    sel = per_table(chosen, methods, cells)
+    chosen = [t for t in chosen if t.id in sel]
     for t in chosen:
         sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
+        t_methods, t_cells = sel[t.id]
         if t.kind == "train":
-            plans[t.id] = (sd, plan(paper, t, scale, sd, methods, cells, overrides, experiment, store_dir,
-                                    baseline_seeds))
+            plans[t.id] = (sd, plan(paper, t, scale, sd, t_methods, t_cells, overrides, experiment, store_dir,
+                                    baseline_seeds), t_methods, t_cells)
         else:
-            select(t.cells, cells, "cells", "id")
-            select(t.methods, [m for m in methods or [] if m not in {e.name for e in extra}], "methods", "name")
+            select(t.cells, t_cells, "cells", "id")
+            select(t.methods, [m for m in t_methods or [] if m not in {e.name for e in extra}], "methods", "name")
             if extra:
                 print(f"{t.id}: an analysis table (no training): the added methods are not in it", file=sys.stderr)
-            plans[t.id] = (sd, None)
+            plans[t.id] = (sd, None, t_methods, t_cells)
     backend = backend or LocalBackend(n_jobs)
-    first = next((jobs[0] for _, jobs in plans.values() if jobs), None)
+    first = next((jobs[0] for _, jobs, *_ in plans.values() if jobs), None)
     if first is not None and not render_only:  # a cluster's workers must all see the store and the checkpoints
         from flplat.experiment import load_config
 
         backend.check_shared(load_config(first.config, list(first.overrides)).tracking)
     store = Store(experiment, store_dir)
     with backend:
-        return _reproduce_tables(paper, chosen, plans, values, store, scale, cells, methods, baseline_seeds, backend,
+        return _reproduce_tables(paper, chosen, plans, values, store, scale, baseline_seeds, backend,
                                  render_only, out_dir, results, command, {e.name for e in extra})
 
 
-def _reproduce_tables(paper, chosen, plans, values, store, scale, cells, methods, baseline_seeds, backend,
+def _reproduce_tables(paper, chosen, plans, values, store, scale, baseline_seeds, backend,
                       render_only, out_dir, results, command, added_names=frozenset()) -> str:
     texts = []
     for t in chosen:
-        sd, jobs = plans[t.id]
+        sd, jobs, methods, cells = plans[t.id]
         _, note = resolve_scale(t, scale)
         parent = store.parent(paper, t.id, scale)
         t_start = time.perf_counter()
@@ -229,11 +233,13 @@ def job_commands(paper: str, tables: Sequence[str] = (), scale: str = "reduced",
         if methods:
             methods = [*methods, *(name for name in extra if name not in methods)]
     experiment = f"reproduce-{paper}"
+    sel = per_table(chosen, methods, cells)
+    chosen = [t for t in chosen if t.id in sel]
     store = Store(experiment, store_dir)
     lines, seen = [], set()
     for t in chosen:
         sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
-        jobs = plan(paper, t, scale, sd, methods, cells, overrides, experiment, store_dir, baseline_seeds)
+        jobs = plan(paper, t, scale, sd, *sel[t.id], overrides, experiment, store_dir, baseline_seeds)
         todo, _, _ = unfinished(paper, jobs, store)
         parent = store.parent(paper, t.id, scale)
         store.client.set_terminated(parent, "SCHEDULED")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -194,6 +195,33 @@ def select(items, names: Sequence[str] | None, what: str, attr: str):
     if bad:
         raise ConfigError(f"--{what}={','.join(bad)} unknown; allowed: {', '.join(known)}")
     return [known[n] for n in names]
+
+
+def per_table(tables: Sequence[Table], methods: Sequence[str] | None, cells: Sequence[str] | None
+              ) -> dict[str, tuple[list[str] | None, list[str] | None]]:
+    """``--methods`` / ``--cells`` per table, by table id. One table: exactly the names given (an unknown name is
+    the usual error). Several tables: each takes the names it has, so ``known_association ari --methods
+    FedAvg,Flux`` runs FedAvg where it is a row; a name no chosen table has is a ConfigError, and a table that has
+    none of the names is left out (reported in one line on stderr)."""
+    if len(tables) <= 1 or (not methods and not cells):
+        return {t.id: (list(methods) if methods else None, list(cells) if cells else None) for t in tables}
+    for names, what, attr, of in ((methods, "methods", "name", lambda t: t.methods),
+                                  (cells, "cells", "id", lambda t: t.cells)):
+        known = list(dict.fromkeys(getattr(i, attr) for t in tables for i in of(t)))
+        bad = [n for n in names or [] if n not in known]
+        if bad:
+            raise ConfigError(f"--{what}={','.join(bad)} is in none of the tables {', '.join(t.id for t in tables)}; "
+                              f"allowed: {', '.join(known)}")
+    out = {}
+    for t in tables:
+        m = [n for n in methods if n in {x.name for x in t.methods}] if methods else None
+        c = [n for n in cells if n in {x.id for x in t.cells}] if cells else None
+        if m == [] or c == []:
+            print(f"{t.id}: none of the --{'methods' if m == [] else 'cells'} given is in this table; left out",
+                  file=sys.stderr)
+            continue
+        out[t.id] = (m, c)
+    return out
 
 
 def _fill(text: str, params: dict[str, Any]) -> str:
