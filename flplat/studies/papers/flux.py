@@ -52,8 +52,9 @@ NOTES = {"smoke": "CI size: 30 samples per client, 2 rounds of 1 epoch, the MLP"
          "reduced": "500 samples per client instead of the whole pool dealt evenly (about 3,000), SGD lr 0.03 instead "
                     "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper. pFedMe runs with its own paper's "
                     "λ = 15, K = 5, η = 0.005, η_p = 0.1 (Flux gives none; K steps on one minibatch, plain-SGD inner "
-                    "solve, as its Algorithm 1) and trains little in 10 rounds: its rows are not a fair comparison "
-                    "(docs/results.md, 'pFedMe under Flux's protocol'). " + GUARD,
+                    "solve, as its Algorithm 1) and trains little in 10 rounds (its inner solve diverges on some "
+                    "cells): its rows are not a fair comparison (docs/results.md, 'pFedMe under Flux's protocol'). "
+                    + GUARD,
          "paper": "the paper's setting (the ready configs as they are). " + GUARD}
 COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005,
               focus=["Flux", GUARDED, "Flux-prior"])
