@@ -47,6 +47,21 @@ def defaults(scaling: float) -> str:
     return TRUE_M.format(scaling_note=note, scaling=lines)
 
 
+# App. B.2's training setup, shared by the Table 1 cells and the real-world sets (a format template: {rounds})
+FLUX_RUN = """algorithm:
+  name: flux
+federation:
+  rounds: {rounds}
+  client_fraction: 1.0
+  local_epochs: 2
+  batch_size: 64
+  eval_batch_size: 1024
+  optimizer:
+    name: sgd
+    lr: 0.005
+    momentum: 0.9
+"""
+
 TEMPLATE = """# Flux (seed 003) Table 1 / App. F.1 cell: {dataset}, shift {shift}, level {level} (Table 9).
 # Paper setup (App. B.2): {mname}, 10 clients, {rounds} rounds, E=2, SGD lr 0.005 momentum 0.9, batch 64, 20% \
 validation.
@@ -66,19 +81,7 @@ partition:
   test_fraction: 0.2
 model:
   name: {model}
-algorithm:
-  name: flux
-federation:
-  rounds: {rounds}
-  client_fraction: 1.0
-  local_epochs: 2
-  batch_size: 64
-  eval_batch_size: 1024
-  optimizer:
-    name: sgd
-    lr: 0.005
-    momentum: 0.9
-tracking:
+""" + FLUX_RUN + """tracking:
   experiment: flux-table1-{dataset}
 {defaults}"""
 
@@ -152,19 +155,7 @@ partition:
   test_fraction: 0.2
 model:
   name: resnet9
-algorithm:
-  name: flux
-federation:
-  rounds: {rounds}
-  client_fraction: 1.0
-  local_epochs: 2
-  batch_size: 64
-  eval_batch_size: 1024
-  optimizer:
-    name: sgd
-    lr: 0.005
-    momentum: 0.9
-tracking:
+""" + FLUX_RUN + """tracking:
   experiment: flux-{experiment}
 {defaults}"""
 
