@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from flplat.errors import ConfigError, check_choice, check_range, first_line
@@ -475,12 +475,10 @@ def parse_config(path: str | Path | None = None, overrides: tuple[str, ...] | li
 
 
 def _shape(node: Any) -> str:
-    from omegaconf import ListConfig
-
     return "a mapping" if isinstance(node, DictConfig) else "a list" if isinstance(node, ListConfig) else "a value"
 
 
-EXAMPLE = {"a mapping": "{key: value}", "a list": "[a, b]"}
+_SHAPE_EXAMPLE = {"a mapping": "{key: value}", "a list": "[a, b]"}
 
 
 def _shape_mismatch(schema: DictConfig, layer: DictConfig, prefix: str = "") -> str | None:
@@ -491,7 +489,8 @@ def _shape_mismatch(schema: DictConfig, layer: DictConfig, prefix: str = "") -> 
             continue
         want, got = _shape(schema._get_node(k)), _shape(layer._get_node(k))
         if want != got and "a value" not in (want, got):
-            return f"{prefix}{k} is {got} where {want} is expected; allowed: {want}, e.g. {prefix}{k}={EXAMPLE[want]}"
+            return (f"{prefix}{k} is {got} where {want} is expected; allowed: {want}, "
+                    f"e.g. {prefix}{k}={_SHAPE_EXAMPLE[want]}")
         if want == got == "a mapping":
             found = _shape_mismatch(schema[k], layer[k], f"{prefix}{k}.")
             if found:
