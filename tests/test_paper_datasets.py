@@ -229,6 +229,89 @@ def test_femnist_leaf_writers_and_letter_subset(isolated: Path) -> None:
     assert split.client_ids.tolist() == [1] and split.client_ids_test.tolist() == [0]
 
 
+def _random_leaf_femnist(d: Path, files: int, users: int, rng: np.random.Generator, tag: str) -> None:
+    """``files`` LEAF FEMNIST files of ``users`` writers each: pixels LEAF's k / 255 and arbitrary floats, any label."""
+    for f in range(files):
+        data = {}
+        for u in range(users):
+            n = int(rng.integers(0, 30))
+            x = rng.integers(0, 256, (n, 784)) / 255
+            x[:, :3] = rng.normal(size=(n, 3))  # not k / 255: parsed as they are
+            data[f"f{f}{u:02d}_{tag}"] = {"x": x.tolist(), "y": rng.integers(0, 62, n).tolist()}
+        write_leaf(d / f"all_data_{f}_niid_0_keep_0_{tag}_9.json", data)
+
+
+def _femnist_reference(files: list[Path], chars: str):
+    """The FEMNIST arrays the plain way: every sample of every file read, then the kept classes relabelled."""
+    users, xs, ys = [], [], []
+    for path in files:
+        obj = json.loads(path.read_text())
+        for u in obj["users"]:
+            for x, y in zip(obj["user_data"][u]["x"], obj["user_data"][u]["y"]):
+                c = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"[y]
+                if c in chars:
+                    users.append(u)
+                    xs.append(x)
+                    ys.append(chars.index(c))
+    return users, np.asarray(xs, dtype=np.float32).reshape(-1, 1, 28, 28), np.asarray(ys, dtype=np.int64)
+
+
+@pytest.mark.parametrize("chars", ["abcdefghij", "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+                                   "zZ9"])
+def test_femnist_filtered_per_file_gives_the_plain_reading(isolated: Path, chars: str) -> None:
+    """Each file filtered as it is parsed (pixels through the float cache) gives exactly the arrays, labels and
+    writers of reading every sample and filtering afterwards, for LEAF's -t sample split files."""
+    rng = np.random.default_rng(0)
+    base = isolated / "leaf" / "femnist" / "data"
+    _random_leaf_femnist(base / "train", 3, 4, rng, "train")
+    _random_leaf_femnist(base / "test", 2, 3, rng, "test")
+    ds = load_dataset(cfg("femnist", isolated / "leaf", femnist={"classes": list(chars)}), 0)
+    u_tr, x_tr, y_tr = _femnist_reference(sorted((base / "train").glob("*.json")), chars)
+    u_te, x_te, y_te = _femnist_reference(sorted((base / "test").glob("*.json")), chars)
+    assert len(y_tr) > 10 and len(y_te) > 3
+    assert np.array_equal(ds.x_train.numpy(), x_tr) and np.array_equal(ds.y_train.numpy(), y_tr)
+    assert np.array_equal(ds.x_test.numpy(), x_te) and np.array_equal(ds.y_test.numpy(), y_te)
+    names = sorted(set(u_tr) | set(u_te))
+    assert ds.client_ids.tolist() == [names.index(u) for u in u_tr]
+    assert ds.client_ids_test.tolist() == [names.index(u) for u in u_te]
+
+
+def test_femnist_peak_memory_is_the_result_plus_one_file(isolated: Path) -> None:
+    """The loader's peak (tracemalloc, numpy's buffers included) stays under the result plus 4 times the largest
+    file's text: the files are filtered one at a time and the Python lists of one file are dropped before the next
+    (reading every sample as lists first took ~33 KiB per sample, about 5 times the whole text)."""
+    import tracemalloc
+
+    d = isolated / "leaf" / "femnist" / "data" / "all_data"
+    _random_leaf_femnist(d, 8, 5, np.random.default_rng(1), "all")
+    config = cfg("femnist", isolated / "leaf", femnist={"classes": []})
+    tracemalloc.start()
+    try:
+        ds = load_dataset(config, 0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    sizes = [p.stat().st_size for p in d.glob("*.json")]
+    result = ds.x_train.numel() * 4
+    assert result > 1_000_000 and sum(sizes) > 4 * max(sizes)
+    assert peak < result + 4 * max(sizes), (peak, result, max(sizes), sum(sizes))
+
+
+@pytest.mark.parametrize("sample, message", [
+    ({"x": [[0.5] * 784], "y": [62]}, "labels are integers 0..61, got 62"),
+    ({"x": [[0.5] * 784], "y": [1.0]}, "labels are integers 0..61, got 1.0"),
+    ({"x": [[0.5] * 783], "y": [36]}, "784 pixel values, got 783"),
+    ({"x": [["a"] * 784], "y": [36]}, "pixel values are numbers"),
+    ({"x": [[0.5] * 784], "y": []}, "no 'x'/'y' of equal length"),
+])
+def test_femnist_format_errors_name_the_file(isolated: Path, sample: dict, message: str) -> None:
+    path = isolated / "leaf" / "femnist" / "data" / "all_data" / "all_data_0.json"
+    write_leaf(path, {"f0001_01": sample})
+    with pytest.raises(DataFormatError, match=message) as e:
+        load_dataset(cfg("femnist", isolated / "leaf"), 0)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
 def test_cifar100_first_classes(isolated: Path) -> None:
     d = isolated / "c100" / "cifar-100-python"
     d.mkdir(parents=True)
