@@ -374,6 +374,32 @@ def test_chexpert_csv_images_uncertain_policy_and_metadata(isolated: Path) -> No
     assert len(one.y_train) == 1 and len(one.y_test) == 1
 
 
+def test_chexpert_root_above_the_archive_folder_and_partition_stats_count_images(
+        isolated: Path, capsys: pytest.CaptureFixture) -> None:
+    """data.root = the folder the official zip was unpacked in (holding CheXpert-v1.0-small/) is searched; and
+    `flplat partition-stats` on this multi-label data reports each client's images as num_samples, not its positive
+    labels (here 14 per image)."""
+    from flplat.cli import main
+
+    d = isolated / "unzipped" / "CheXpert-v1.0-small"
+    rows = [[f"CheXpert-v1.0-small/train/patient{i:05d}/study1/view1_frontal.jpg", "Male", "60", "Frontal", "AP",
+             *(["1.0"] * 14)] for i in range(6)]
+    write_csv(d / "train.csv", rows, header=CHEX_HEADER)
+    write_csv(d / "valid.csv", [["CheXpert-v1.0-small/valid/patient64541/study1/view1_frontal.jpg", "Female", "50",
+                                 "Frontal", "PA", *(["0.0"] * 14)]], header=CHEX_HEADER)
+    for i in range(6):
+        _grey(d / f"train/patient{i:05d}/study1/view1_frontal.jpg", 40 * i)
+    _grey(d / "valid/patient64541/study1/view1_frontal.jpg", 0)
+    ds = load_dataset(cfg("chexpert", d.parent, chexpert={"image_size": 8}), 0)
+    assert ds.x_train.shape == (6, 1, 8, 8) and ds.y_test.sum() == 0
+    assert float(ds.x_train[5].mean()) == pytest.approx(200 / 255, abs=0.01)
+    assert main(["partition-stats", "--dataset", "chexpert", "--partition", "iid", "--clients", "2",
+                 "--data-root", str(d.parent), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [c["num_samples"] for c in out["clients"]] == [3, 3]
+    assert [c["label_counts"] for c in out["clients"]] == [[3] * 14, [3] * 14]  # positives per label
+
+
 def test_office_home_domain_class_folders(isolated: Path) -> None:
     root = isolated / "oh" / "OfficeHomeDataset_10072016"
     for dom in ("Art", "Clipart", "Product", "Real World"):  # the archive spells it with a space
