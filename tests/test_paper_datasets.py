@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pickle
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 
 from flplat.config import DataConfig
 from flplat.data.datasets import DataFormatError, DataUnavailableError, load_dataset
@@ -146,7 +150,7 @@ ACS_HEADER = ["RT", "SERIALNO", "ST", "PWGTP", "AGEP", "COW", "SCHL", "MAR", "OC
 def _acs_rows(st: str) -> list[list]:
     return [
         ["P", "2018GQ01", st, "10", "30", "1", "21", "1", "1010", "6", "0", "40", "1", "1", "60000"],  # kept, > 50K
-        ["P", "2018GQ02", st, "5", "45", "", "16", "3", "4720", "36", "1", "20", "2", "2", "20000"],  # kept, COW -1
+        ["P", "2018GQ02", st, "5", "45", "", "16", "3", "4720", "36", "1", "20", "2", "2", "20000"],  # kept, COW 0
         ["P", "2018GQ03", st, "8", "16", "1", "19", "5", "4720", "6", "2", "10", "2", "1", "9000"],  # AGEP 16: out
         ["P", "2018GQ04", st, "8", "50", "3", "22", "1", "10", "6", "0", "0", "1", "1", "90000"],  # WKHP 0: out
         ["P", "2018GQ05", st, "0", "50", "3", "22", "1", "10", "6", "0", "30", "1", "1", "90000"],  # PWGTP 0: out
@@ -164,7 +168,8 @@ def test_acs_income_folktables_task_from_pums_csv_and_zip(isolated: Path) -> Non
         zf.write(tmp, "psam_p72.csv")
     ds = load_dataset(cfg("acs_income", root, acs={"states": ["CA", "PR"], "scaler": "none"}), 0)
     assert ds.num_classes == 2 and ds.x_train.shape == (5, 10)
-    assert ds.x_train[:3].tolist() == [[30, 1, 21, 1, 1010, 6, 0, 40, 1, 1], [45, -1, 16, 3, 4720, 36, 1, 20, 2, 2],
+    # a missing COW is 0, as folktables' np.nan_to_num(x, -1) (the -1 is its `copy` argument) fills it
+    assert ds.x_train[:3].tolist() == [[30, 1, 21, 1, 1010, 6, 0, 40, 1, 1], [45, 0, 16, 3, 4720, 36, 1, 20, 2, 2],
                                        [61, 2, 24, 1, 10, 6, 0, 50, 1, 6]]
     assert ds.y_train.tolist() == [1, 0, 0, 1, 0]
     assert ds.meta["state"].tolist() == [6, 6, 6, 72, 72] and ds.meta["sex"].tolist() == [1, 2, 1, 1, 2]
@@ -173,6 +178,29 @@ def test_acs_income_folktables_task_from_pums_csv_and_zip(isolated: Path) -> Non
     assert np.allclose(robust.x_train[:, 0].numpy(), (agep - 45) / 15)
     with pytest.raises(DataUnavailableError, match=r"acs_income data not found: .*psam_p01\.csv"):
         load_dataset(cfg("acs_income", root, acs={"states": ["AL"]}), 0)
+
+
+def test_acs_income_state_without_a_row_passing_the_filter_is_one_line(isolated: Path) -> None:
+    """A state file where no row passes folktables' filter: a one-line error naming the file and the filter, also
+    when another state has rows (not scikit-learn's error on an empty array); through `flplat run`: exit 2, no run."""
+    d = isolated / "acs" / "2018" / "1-Year"
+    write_csv(d / "psam_p06.csv", _acs_rows("6"), header=ACS_HEADER)
+    empty = write_csv(d / "psam_p72.csv", _acs_rows("72")[2:6], header=ACS_HEADER)  # every row filtered out
+    for states in (["PR"], ["CA", "PR"]):
+        with pytest.raises(DataFormatError) as e:
+            load_dataset(cfg("acs_income", isolated / "acs", acs={"states": states}), 0)
+        msg = str(e.value)
+        assert msg == (f"{empty}: none of its 4 rows passes folktables' ACSIncome filter (AGEP > 16, PINCP > 100, "
+                       "WKHP > 0, PWGTP >= 1)")
+    store = isolated / "mlruns"
+    res = subprocess.run([sys.executable, "-m", "flplat.cli", "run", str(REPO / "configs" / "quickstart.yaml"),
+                          "data.name=acs_income", f"data.root={isolated / 'acs'}", "data.acs.states=[PR]",
+                          "data.cache=false", f"tracking.store_dir={store}", "fabric.num_threads=1"],
+                         cwd=isolated, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines() == [f"flplat: error: {msg}"]
+    assert not (store / "mlflow.db").exists()  # no MLflow run was started
 
 
 SERENGETI_HEADER = ["CaptureEventID", "NumImages", "DateTime", "SiteID", "NumSpecies", "Species", "Count",
