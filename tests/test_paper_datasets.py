@@ -257,6 +257,67 @@ def test_femnist_leaf_writers_and_letter_subset(isolated: Path) -> None:
     assert split.client_ids.tolist() == [1] and split.client_ids_test.tolist() == [0]
 
 
+def _leaf_user_split(root: Path) -> None:
+    """LEAF's -t user split: whole writers in train (f0000: 4 samples, f0002: 5) or test (f0001: 2, f0003: 3)."""
+    def user(labels: list[int], v: float) -> dict:
+        return {"x": [[v + i / 100] + [1.0] * 783 for i in range(len(labels))], "y": labels}
+
+    base = root / "femnist" / "data"
+    write_leaf(base / "train" / "all_data_0_niid_0_keep_0_train_9.json",
+               {"f0000_01": user([36, 37, 38, 36], 0.1), "f0002_01": user([39, 40, 41, 42, 36], 0.2)})
+    write_leaf(base / "test" / "all_data_0_niid_0_keep_0_test_9.json",
+               {"f0001_01": user([36, 37], 0.3), "f0003_01": user([38, 38, 39], 0.4)})
+
+
+def test_femnist_leaf_user_split_test_users_are_unseen_clients(isolated: Path) -> None:
+    """LEAF's -t user split under partition.name=natural: the test writers are no training clients; auto takes
+    them as unseen test-only clients (users), the training clients are cut by the usual fractions (as split);
+    official says which key to set instead of leaving every client without a test sample."""
+    from flplat.config import PartitionConfig
+    from flplat.data.partitions import build_federation
+    from flplat.data.splits import InfeasiblePartitionError
+
+    _leaf_user_split(isolated / "leaf")
+    ds = load_dataset(cfg("femnist", isolated / "leaf"), 0)
+    assert ds.client_ids.tolist() == [0] * 4 + [2] * 5 and ds.client_ids_test.tolist() == [1, 1, 3, 3, 3]
+    fed = build_federation(ds, PartitionConfig(name="natural"), seed=0)
+    split = build_federation(ds, PartitionConfig(name="natural", natural_test="split"), seed=0)
+    assert fed.meta["natural_test"] == "users" and fed.meta["natural_client_ids"].tolist() == [0, 2]
+    assert fed.meta["num_unseen_clients"] == 2 and fed.meta["unseen_client_ids"].tolist() == [1, 3]
+    assert len(fed.x) == 9 + 5 and fed.x_global_test is ds.x_test
+    assert [c.test.tolist() for c in fed.unseen] == [[9, 10], [11, 12, 13]]  # the pool's 9, then the test set's
+    assert all(len(c.train) == len(c.val) == 0 for c in fed.unseen) and fed.unseen_ids == [2, 3]
+    for a, b in zip(fed.clients, split.clients):  # 0.8 / 0.2 of 4 and 5 samples: 3 + 1, 4 + 1
+        assert (a.train.tolist(), a.test.tolist()) == (b.train.tolist(), b.test.tolist()) and len(a.test) == 1
+    assert torch.equal(fed.x[fed.unseen[1].test], ds.x_test[2:])
+    small = build_federation(ds, PartitionConfig(name="natural", natural_min_samples=3), seed=0)
+    assert small.meta["unseen_client_ids"].tolist() == [3] and small.meta["test_samples_without_client"] == 2
+    with pytest.raises(InfeasiblePartitionError) as e:
+        build_federation(ds, PartitionConfig(name="natural", natural_test="official"), seed=0)
+    assert "partition.natural_test=users" in str(e.value) and "none of the official test set's 2 users" in str(e.value)
+
+
+def test_flplat_run_on_a_leaf_user_split_reports_the_test_phase(isolated: Path) -> None:
+    """`flplat run` with partition.name=natural on LEAF -t user files finishes (it stopped with "test_fraction
+    leaves no client any test sample") and scores the test writers as unseen clients."""
+    _leaf_user_split(isolated / "leaf")
+    store = isolated / "mlruns"
+    res = subprocess.run([sys.executable, "-m", "flplat.cli", "run", str(REPO / "configs" / "quickstart.yaml"),
+                          "data.name=femnist", f"data.root={isolated / 'leaf'}", "partition.name=natural",
+                          "federation.rounds=1", "federation.local_epochs=1", "federation.client_fraction=1.0",
+                          "model.hidden=[8]", "fabric.num_threads=1", "tracking.plots=false",
+                          f"tracking.store_dir={store}"], cwd=isolated, capture_output=True, text=True, timeout=300,
+                         env={**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+                              "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FINISHED"
+    assert {"test_phase_accuracy", "known_association_accuracy"} <= set(run.data.metrics)
+
+
 def _random_leaf_femnist(d: Path, files: int, users: int, rng: np.random.Generator, tag: str) -> None:
     """``files`` LEAF FEMNIST files of ``users`` writers each: pixels LEAF's k / 255 and arbitrary floats, any label."""
     for f in range(files):
