@@ -12,7 +12,8 @@ concatenated into one pool) and cuts its pool samples into train / val with val 
 ``val_fraction / (train_fraction + val_fraction)`` (``test_fraction`` is not used); ``auto`` (default) is
 ``official`` when the dataset has ``client_ids_test``, else ``split``. Test clients that no training client has are
 not clients (counted in ``meta["test_samples_without_client"]``). The official test set stays the pooled global
-test set. ``partition.num_clients`` is not used (the data decides; the log says how many clients were kept).
+test set. ``partition.num_clients`` is not used (the data decides; the log says how many clients were kept, and
+the run logs that number as ``partition.num_clients``: :func:`flplat.experiment.fill_num_clients`).
 
 ``metadata`` -- Flux's real-world distributions (Fenoglio et al., App. B.1 and F.4, Table 59): each combination
 of levels of the metadata columns ``partition.meta_columns`` is one planted distribution. App. B.1 for CheXpert:
