@@ -152,6 +152,27 @@ def fill_vocab_size(cfg: DictConfig, dataset) -> DictConfig:
     return out
 
 
+REQUESTED_CLIENTS_TAG = "flplat.requested.partition.num_clients"  # the written value, where the partition differs
+
+
+def fill_num_clients(cfg: DictConfig, data: FederatedData) -> DictConfig:
+    """``cfg`` with ``partition.num_clients`` set to the number of clients the partition produced, where that differs
+    from the written value (``natural``: the dataset's own clients decide, after ``natural_min_samples`` /
+    ``natural_max_clients``; a plugin's partition), as a copy. As with :func:`fill_vocab_size`, the returned config
+    is what the run logs (params, ``config.yaml``), so ``partition.num_clients`` shows the real federation; the
+    written value goes to the run's tag ``flplat.requested.partition.num_clients``, and the config hash stays that
+    of the config as written (a re-run of the same command finds its run)."""
+    written, real = int(cfg.partition.num_clients), int(data.num_clients)
+    if written == real:
+        return cfg
+    out = copy.deepcopy(cfg)
+    with open_dict(out):
+        out.partition.num_clients = real
+    log.info("partition.num_clients=%d: the clients partition.name=%s produced (%d written, not used)", real,
+             cfg.partition.name, written)
+    return out
+
+
 def prepare(cfg: DictConfig) -> Prepared:
     """Load data, partition, build model, trainer and strategy. Raises ConfigError on bad input."""
     seed = int(cfg.seed)
@@ -162,6 +183,7 @@ def prepare(cfg: DictConfig) -> Prepared:
     check_multilabel(dataset, cfg.algorithm.name)
     cfg = fill_vocab_size(cfg, dataset)
     data = build_federation(dataset, cfg.partition, derive_seed(seed, "partition"))
+    cfg = fill_num_clients(cfg, data)
     if cfg.partition.test_fraction == 0 and data.x_global_test is None:
         raise ConfigError("partition.test_fraction=0.0 leaves no test data to evaluate on; allowed: a number in (0, 1)")
     torch.manual_seed(derive_seed(seed, "init"))
@@ -277,7 +299,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         from flplat.tracking.runs import MlflowCallback
 
         sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
-        # p.cfg: the config with what the data fill in (model.vocab_size); the hash below stays the written one's
+        # p.cfg: the config with what the data fill in (model.vocab_size, partition.num_clients); the hash below
+        # stays the written one's
         tracker = MlflowCallback(cfg.tracking, flatten(loggable(p.cfg)), loggable_yaml(p.cfg), p.partition_metrics,
                                  p.data.label_counts("all"), sizes)
         if resume is not None:
@@ -285,6 +308,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         from flplat.tracking.runs import CONFIG_KEY_TAG
 
         tracker.extra_tags = {CONFIG_KEY_TAG: config_key(cfg), **(tags or {})}
+        if int(p.cfg.partition.num_clients) != int(cfg.partition.num_clients):
+            tracker.extra_tags[REQUESTED_CLIENTS_TAG] = str(cfg.partition.num_clients)
         cbs.insert(0, tracker)
         if int(cfg.tracking.checkpoint_every) > 0:  # before the tracker: a round is saved before it is logged
             from flplat.engine.checkpoint import CheckpointCallback

@@ -245,6 +245,42 @@ def test_a_plugin_that_fails_to_import_exits_2_naming_module_and_cause(tmp_path)
     assert "plugin 'no_such_plugin_mod' failed to import: ModuleNotFoundError" in line
 
 
+STRICT = ("from flplat.api import ConfigError, Strategy, register_algorithm\n\n"
+          "@register_algorithm\nclass Strict(Strategy):\n    name = 'strict'\n\n"
+          "    def {method}(self, *args):\n"
+          "        raise ConfigError(\"algorithm.name='strict' needs every client to hold 2 classes; allowed: "
+          "partition.name=iid\")\n\n"
+          "    def aggregate(self, state, results, ops):\n        return state\n")
+TINY = ["data.name=synthetic", "data.synthetic_samples=200", "model.hidden=[8]", "federation.rounds=1", *FAST]
+
+
+def test_a_config_error_in_init_state_is_one_line_exit_2_and_no_store(tmp_path):
+    """docs/extending.md: a ConfigError raised in ``init_state`` is the one-line error (exit 2) of bad input, before
+    the MLflow run exists: not even the store is created (so MLflow's own lines on a new store do not appear)."""
+    _write(tmp_path, "strict_init", STRICT.format(method="init_state"))
+    store = tmp_path / "store"
+    out = _flplat(["run", "configs/quickstart.yaml", "algorithm.name=strict", *TINY, f"tracking.store_dir={store}",
+                   "--plugin", "strict_init"], tmp_path)
+    assert not (store / "mlflow.db").exists()
+    line = _one_line_exit_2(out, store)
+    assert line == ("flplat: error: algorithm.name='strict' needs every client to hold 2 classes; allowed: "
+                    "partition.name=iid")
+
+
+def test_a_config_error_during_the_rounds_ends_the_run_failed_with_one_line(tmp_path):
+    """Raised in ``plan`` (the run exists by then): the same one line and exit 2, and the run ends FAILED with the
+    line as its ``flplat.error`` tag, never left RUNNING."""
+    _write(tmp_path, "strict_plan", STRICT.format(method="plan"))
+    store = tmp_path / "store"
+    out = _flplat(["run", "configs/quickstart.yaml", "algorithm.name=strict", *TINY, f"tracking.store_dir={store}",
+                   "--plugin", "strict_plan"], tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines()[-1].startswith("flplat: error: algorithm.name='strict' needs")
+    assert "Traceback" not in out.stderr
+    (run,) = _runs(store)
+    assert run.info.status == "FAILED" and run.data.tags["flplat.error"].startswith("algorithm.name='strict' needs")
+
+
 @pytest.mark.parametrize("value", ["plugins=[not a module]", "plugins=5", "plugins=[my-pkg]"])
 def test_a_bad_plugins_value_is_one_line(value):
     from flplat.errors import ConfigError

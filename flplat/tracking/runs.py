@@ -120,11 +120,10 @@ class MlflowCallback(Callback):
         import mlflow  # noqa: F401  (import cost only when tracking is on)
 
         self.cfg = tracking_cfg
-        uri, artifact_location = store_uris(tracking_cfg.uri, tracking_cfg.store_dir,
-                                            getattr(tracking_cfg, "artifact_root", None))
-        self.client = open_client(uri)
-        self.uri = uri
-        self.experiment_id = ensure_experiment(self.client, tracking_cfg.experiment, artifact_location)
+        self.uri, self.artifact_location = store_uris(tracking_cfg.uri, tracking_cfg.store_dir,
+                                                      getattr(tracking_cfg, "artifact_root", None))
+        self.client = None  # the store is opened when the run starts (on_start)
+        self.experiment_id: str | None = None
         self.params = params
         self.config_yaml = config_yaml
         self.run_metrics = run_metrics
@@ -139,6 +138,10 @@ class MlflowCallback(Callback):
 
     # ------------------------------------------------------------------------------------------------
     def on_start(self, orch: Orchestrator) -> None:
+        # opened here, after the strategy's init_state: an input error found there (a ConfigError: one line, exit 2)
+        # leaves no store, experiment or run behind, like one found while the run is prepared
+        self.client = open_client(self.uri)
+        self.experiment_id = ensure_experiment(self.client, self.cfg.experiment, self.artifact_location)
         self.meter = ResourceMeter()
         if self.resume_run_id:
             self._resume(orch)

@@ -6,6 +6,7 @@
 * :mod:`.store` -- the MLflow side: finished runs by config hash, runs of an earlier flplat that stand for a job,
   the parent run per table, the reasons runs were skipped;
 * :mod:`.execute` -- running the jobs not finished yet through a backend (this process, worker processes or Ray
-  tasks) with a progress line;
+  tasks) with a progress line; :mod:`.ray_address` -- the probe of a Ray cluster's ``--address`` before anything
+  runs;
 * :mod:`.render` -- the verdicts and the markdown table; :mod:`.figures` -- the bar and curve charts of the tables.
 """
