@@ -66,13 +66,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_plugins(args) -> None:
-    """``--plugin MODULE``: into ``$FLPLAT_PLUGINS`` (inherited by every process the command starts), imported now
-    so that a failing plugin is one line and exit 2 before anything else happens."""
-    if getattr(args, "plugin", None):
-        from flplat.plugins import add_to_env, load_plugins
+    """Every command that takes ``--plugin`` imports its plugins before it runs: the entry points of installed
+    distributions, ``$FLPLAT_PLUGINS`` and ``--plugin MODULE`` (added to ``$FLPLAT_PLUGINS``, which every process
+    the command starts inherits). A command may look a name up before it reads any config (``flplat check NAME``,
+    ``reproduce --add-method NAME``): an installed plugin's name is registered by then. A failing plugin is one
+    line and exit 2 before anything else happens."""
+    if args.command in NO_PLUGINS:
+        return
+    from flplat.plugins import add_to_env, load_plugins
 
+    if args.plugin:
         add_to_env(args.plugin)
-        load_plugins()
+    load_plugins()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
