@@ -178,6 +178,15 @@ def test_exit_now_keeps_what_the_normal_exit_does_but_skips_the_teardown():
     assert full.returncode == 3 and full.stdout.endswith("atexit ran\nfinalised\n")
 
 
+def test_exit_now_ends_with_an_idle_thread_pool_nobody_shut_down():
+    """MLflow keeps a ThreadPoolExecutor per artifact repository and never shuts it down; its idle workers are
+    non-daemon threads that end only when the interpreter's thread exit hooks wake them. exit_now runs those hooks
+    before it waits for the threads (joining first waited forever: `flplat evaluate` after its output)."""
+    p = _py("from concurrent.futures import ThreadPoolExecutor\nfrom flplat.cli import exit_now\n"
+            "pool = ThreadPoolExecutor(2)\nprint(pool.submit(sum, [1, 2]).result())\nexit_now(0)")
+    assert p.returncode == 0 and p.stdout == "3\n", p.stderr[-2000:]
+
+
 def test_the_flplat_command_ends_through_exit_now():
     import tomllib
 

@@ -154,6 +154,29 @@ def test_entry_points_are_found_and_listed_with_their_origin(tmp_path):
     assert [r.info.status for r in _runs(store)] == ["FINISHED"]
 
 
+def test_an_installed_plugin_is_known_to_the_commands_that_name_it_before_any_config(tmp_path):
+    """docs/extending.md §4 as a new user runs it: the package installed (entry points only: no ``--plugin``, no
+    ``plugins`` key), then ``flplat check NAME``. ``check`` and ``reproduce --add-method NAME`` look the name up
+    before any config is read, so the entry points must be loaded by then: by the CLI before every command, and by
+    the library functions themselves."""
+    site = _installed(tmp_path)
+    out = _flplat(["check", "trimprox", "--only", "registry"], site, EXAMPLE)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert out.stdout.startswith("PASS  registry") and "flplat_example_plugin.algorithm.TrimProx" in out.stdout
+    # the CLI: the registries hold the installed plugins before a command's handler runs
+    probe = ("import flplat.cli as c\nfrom flplat.algorithms import ALGORITHMS\n"
+             "c.COMMANDS['check'] = (c.COMMANDS['check'][0], lambda args: print('trimprox' in ALGORITHMS) or 0)\n"
+             "raise SystemExit(c.main(['check', 'trimprox']))")
+    # the library without the CLI: check() and --add-method's parser (NAME alone names the algorithm)
+    library = ("from flplat.studies.conformance import check\n"
+               "from flplat.studies.reproduction.grid import parse_added_method\n"
+               "print(check('trimprox', only=['registry'])[0].ok, parse_added_method('trimprox').overrides)")
+    for code, expected in ((probe, "True"), (library, "True ['algorithm.name=trimprox']")):
+        p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(site, EXAMPLE), capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0 and p.stdout.strip() == expected, (p.stdout, p.stderr[-3000:])
+
+
 def test_two_processes_find_the_plugins_of_the_config(tmp_path):
     """fabric.devices=2: rank 1 (started before the heavy imports) reads the same config and imports its plugins."""
     store = tmp_path / "store"
