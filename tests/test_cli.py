@@ -107,6 +107,14 @@ def test_help_everywhere(tmp_path):
         assert res.returncode == 0 and "usage:" in res.stdout
 
 
+def test_python_dash_m_flplat_is_the_command(tmp_path):
+    """``python -m flplat`` is the same command as ``flplat`` (and ``python -m flplat.cli``)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-m", "flplat", "--help"], cwd=tmp_path, capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert res.returncode == 0 and "usage: flplat" in res.stdout
+
+
 def test_partition_stats_json(tmp_path):
     res = _flplat(["partition-stats", "--dataset", "digits", "--partition", "similarity", "--s", "0",
                    "--clients", "10", "--seed", "1", "--json"], cwd=tmp_path)
