@@ -126,7 +126,8 @@ def idx_bytes(arr: np.ndarray) -> bytes:
 
 def write_idx_dataset(d: Path, n_train: int, n_test: int, seed: int) -> None:
     """An MNIST-shaped dataset in the public layout (the four ``*-ubyte.gz`` files in ``d``): 28×28 uint8 images,
-    labels 0..9, each class a fixed random pattern plus Gaussian noise, so that a model can learn it."""
+    labels 0..9, each class a fixed random pattern plus Gaussian noise, so that a model can learn it; the same bytes
+    for the same arguments (no time stamp in the gzip header)."""
     rng = np.random.default_rng(seed)
     protos = rng.integers(0, 256, size=(10, 28, 28))
     d.mkdir(parents=True, exist_ok=True)
@@ -134,7 +135,7 @@ def write_idx_dataset(d: Path, n_train: int, n_test: int, seed: int) -> None:
         y = rng.integers(0, 10, size=n).astype(np.uint8)
         x = np.clip(protos[y] + rng.normal(0.0, 48.0, size=(n, 28, 28)), 0, 255).astype(np.uint8)
         for kind, arr in (("images-idx3", x), ("labels-idx1", y)):
-            (d / f"{split}-{kind}-ubyte.gz").write_bytes(gzip.compress(idx_bytes(arr), compresslevel=1))
+            (d / f"{split}-{kind}-ubyte.gz").write_bytes(gzip.compress(idx_bytes(arr), compresslevel=1, mtime=0))
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -26,10 +27,11 @@ from conftest import REPO
                  marks=[pytest.mark.slow, pytest.mark.skipif(not importlib.util.find_spec("ray"),
                                                              reason="Ray is not installed")]),
 ])
-def test_benchmark_scripts_run(script, args, expect, idx_data):
+def test_benchmark_scripts_run(script, args, expect, idx_data, tmp_path):
     args = [a.format(idx_data=idx_data) for a in args]  # a script reading image files gets the test's small ones
+    env = {**os.environ, "HOME": str(tmp_path)}  # its ~/.cache/flplat (the decoded-data cache) is the test's own
     res = subprocess.run([sys.executable, str(REPO / "tools" / script), *args], cwd=REPO, capture_output=True,
-                         text=True, timeout=600)
+                         text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert expect in res.stdout
 
