@@ -7,5 +7,7 @@
   the parent run per table, the reasons runs were skipped;
 * :mod:`.execute` -- running the jobs not finished yet through a backend (this process, worker processes or Ray
   tasks) with a progress line;
+* :mod:`.jobs` -- ``--print-jobs``: the unfinished runs as self-contained shell commands or a SLURM job-array
+  script;
 * :mod:`.render` -- the verdicts and the markdown table; :mod:`.figures` -- the bar and curve charts of the tables.
 """
