@@ -180,11 +180,13 @@ def test_print_jobs_lists_the_unfinished_runs_and_an_array_script(tmp_path, caps
     base = [*SMOKE, "--methods", "FedAvg,DA-PFL", "--store-dir", store, "--set", "federation.rounds=1"]
     assert main([*base, "--print-jobs"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines == [f"flplat reproduce dapfl table3_digits --scale smoke --cells digits_k20_low --methods {m} "
-                     f"--seeds 0 --store-dir {store} --set federation.rounds=1" for m in ("FedAvg", "DA-PFL")]
+    assert [line.split(" -m flplat.cli ", 1)[1] for line in lines] == [
+        f"reproduce dapfl table3_digits --scale smoke --cells digits_k20_low --methods {m} --seeds 0 --store-dir "
+        f"{store} --set federation.rounds=1 tracking.checkpoint_dir={store}/checkpoints" for m in ("FedAvg", "DA-PFL")]
+    assert all(line.startswith(f"cd {os.getcwd()} && env ") for line in lines)  # where and with what (jobs.py)
     assert _children(store) == []  # nothing ran
     # the printed command runs exactly its run, where the grid expects it; then only the other one is printed
-    assert main(lines[0].split()[1:]) == 0
+    assert main(lines[0].split(" -m flplat.cli ", 1)[1].split()) == 0
     capsys.readouterr()
     kids = _children(store)
     assert len(kids) == 1 and kids[0].data.tags["flplat.reproduce.method"] == "FedAvg"

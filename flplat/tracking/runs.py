@@ -171,8 +171,9 @@ class MlflowCallback(Callback):
         n = int(self.client.get_run(self.run_id).data.tags.get("flplat.resumed", "0"))
         self.client.set_tag(self.run_id, "flplat.resumed", str(n + 1))
         self.client.set_tag(self.run_id, f"flplat.resumed_{n + 1}_at_round", str(orch.start_round - 1))
-        if OWNER_TAG in self.extra_tags:  # who runs it now (a retried task finds it by this)
-            self.client.set_tag(self.run_id, OWNER_TAG, self.extra_tags[OWNER_TAG])
+        for key in (OWNER_TAG, "flplat.processes"):  # who runs it now (a retried task finds it by this), in how many
+            if key in self.extra_tags:                 # processes (flplat.experiment.run)
+                self.client.set_tag(self.run_id, key, self.extra_tags[key])
 
     def _create(self, orch: Orchestrator) -> None:
         from mlflow.entities import Metric, Param

@@ -8,5 +8,7 @@
 * :mod:`.execute` -- running the jobs not finished yet through a backend (this process, worker processes or Ray
   tasks) with a progress line; :mod:`.ray_address` -- the probe of a Ray cluster's ``--address`` before anything
   runs;
+* :mod:`.jobs` -- ``--print-jobs``: the unfinished runs as self-contained shell commands or a SLURM job-array
+  script;
 * :mod:`.render` -- the verdicts and the markdown table; :mod:`.figures` -- the bar and curve charts of the tables.
 """
