@@ -220,3 +220,28 @@ def test_without_cuda_and_without_tiny_one_line_and_exit_2(tmp_path):
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         "gpu_check: no CUDA device is visible; allowed here: --tiny (CPU, toy sizes)"]
     assert not (tmp_path / "gpu_check.json").exists()
+
+
+def test_checks_that_overrun_leave_the_grid_its_share_of_the_budget(gc_mod, tmp_path, monkeypatch):
+    m = gc_mod
+
+    def hangs(ctx):
+        time.sleep(60)
+        yield m.Outcome("a", m.PASS, "never")
+
+    import flplat.experiment  # noqa: F401  (imported before the clock starts: the budget counts the imports)
+
+    grid_left = []
+    monkeypatch.setattr(m, "CHECKS", {"a": hangs})
+    monkeypatch.setattr(m, "CHECK_CAPS", {"a": 1000})
+    monkeypatch.setattr(m, "RESERVE_S", 0.5)
+    monkeypatch.setattr(m, "run_grid", lambda ctx, report: grid_left.append(ctx.left()))
+    t0 = time.monotonic()
+    assert m.main(["--tiny", "--out", str(tmp_path), "--budget-s", "10", "--only", "a,grid"]) == 0
+    took = time.monotonic() - t0
+    data = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [(c["name"], c["status"]) for c in data["checks"]] == [("a", "SKIP")]
+    assert "overall budget" in data["checks"][0]["detail"]
+    # the checks stop at CHECKS_SHARE x 10 s (less the reserve): the grid starts with the rest, 4 s
+    assert took < 10 * m.CHECKS_SHARE + 2
+    assert 10 * (1 - m.CHECKS_SHARE) - 1.5 < grid_left[0] < 10 * (1 - m.CHECKS_SHARE)
