@@ -184,7 +184,7 @@ class PartitionConfig:
     # natural (flplat/data/group_partitions.py): every client id of the dataset is one client
     natural_min_samples: int = 1  # drop natural clients with fewer pool samples
     natural_max_clients: int = 0  # keep at most this many (the first of a seeded shuffle); 0: all
-    natural_test: str = "auto"  # split (test_fraction of each client) | official (client_ids_test) | auto
+    natural_test: str = "auto"  # split (test_fraction) | official (client_ids_test) | users (test users unseen) | auto
     # metadata (flplat/data/group_partitions.py): distributions = level combinations of dataset metadata columns
     meta_columns: list[str] = field(default_factory=list)  # e.g. [view, age, sex] (Flux CheXpert high, App. B.1)
     meta_bins: dict[str, list[float]] = field(default_factory=dict)  # cut points, e.g. {age: [50]}: <50 | >=50
@@ -589,7 +589,7 @@ def validate(cfg: DictConfig, names: Registries) -> DictConfig:
     check_range(p.natural_min_samples >= 1, "partition.natural_min_samples", p.natural_min_samples, "an integer >= 1")
     check_range(p.natural_max_clients >= 0, "partition.natural_max_clients", p.natural_max_clients,
                 "an integer >= 0 (0: all)")
-    check_choice("partition.natural_test", p.natural_test, ("auto", "split", "official"))
+    check_choice("partition.natural_test", p.natural_test, ("auto", "split", "official", "users"))
     check_choice("partition.meta_assign", p.meta_assign, ("random", "balanced"))
     if p.name == "metadata":
         check_range(len(p.meta_columns) >= 1, "partition.meta_columns", list(p.meta_columns),

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pickle
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 
 from flplat.config import DataConfig
 from flplat.data.datasets import DataFormatError, DataUnavailableError, load_dataset
@@ -146,7 +150,7 @@ ACS_HEADER = ["RT", "SERIALNO", "ST", "PWGTP", "AGEP", "COW", "SCHL", "MAR", "OC
 def _acs_rows(st: str) -> list[list]:
     return [
         ["P", "2018GQ01", st, "10", "30", "1", "21", "1", "1010", "6", "0", "40", "1", "1", "60000"],  # kept, > 50K
-        ["P", "2018GQ02", st, "5", "45", "", "16", "3", "4720", "36", "1", "20", "2", "2", "20000"],  # kept, COW -1
+        ["P", "2018GQ02", st, "5", "45", "", "16", "3", "4720", "36", "1", "20", "2", "2", "20000"],  # kept, COW 0
         ["P", "2018GQ03", st, "8", "16", "1", "19", "5", "4720", "6", "2", "10", "2", "1", "9000"],  # AGEP 16: out
         ["P", "2018GQ04", st, "8", "50", "3", "22", "1", "10", "6", "0", "0", "1", "1", "90000"],  # WKHP 0: out
         ["P", "2018GQ05", st, "0", "50", "3", "22", "1", "10", "6", "0", "30", "1", "1", "90000"],  # PWGTP 0: out
@@ -164,7 +168,8 @@ def test_acs_income_folktables_task_from_pums_csv_and_zip(isolated: Path) -> Non
         zf.write(tmp, "psam_p72.csv")
     ds = load_dataset(cfg("acs_income", root, acs={"states": ["CA", "PR"], "scaler": "none"}), 0)
     assert ds.num_classes == 2 and ds.x_train.shape == (5, 10)
-    assert ds.x_train[:3].tolist() == [[30, 1, 21, 1, 1010, 6, 0, 40, 1, 1], [45, -1, 16, 3, 4720, 36, 1, 20, 2, 2],
+    # a missing COW is 0, as folktables' np.nan_to_num(x, -1) (the -1 is its `copy` argument) fills it
+    assert ds.x_train[:3].tolist() == [[30, 1, 21, 1, 1010, 6, 0, 40, 1, 1], [45, 0, 16, 3, 4720, 36, 1, 20, 2, 2],
                                        [61, 2, 24, 1, 10, 6, 0, 50, 1, 6]]
     assert ds.y_train.tolist() == [1, 0, 0, 1, 0]
     assert ds.meta["state"].tolist() == [6, 6, 6, 72, 72] and ds.meta["sex"].tolist() == [1, 2, 1, 1, 2]
@@ -173,6 +178,29 @@ def test_acs_income_folktables_task_from_pums_csv_and_zip(isolated: Path) -> Non
     assert np.allclose(robust.x_train[:, 0].numpy(), (agep - 45) / 15)
     with pytest.raises(DataUnavailableError, match=r"acs_income data not found: .*psam_p01\.csv"):
         load_dataset(cfg("acs_income", root, acs={"states": ["AL"]}), 0)
+
+
+def test_acs_income_state_without_a_row_passing_the_filter_is_one_line(isolated: Path) -> None:
+    """A state file where no row passes folktables' filter: a one-line error naming the file and the filter, also
+    when another state has rows (not scikit-learn's error on an empty array); through `flplat run`: exit 2, no run."""
+    d = isolated / "acs" / "2018" / "1-Year"
+    write_csv(d / "psam_p06.csv", _acs_rows("6"), header=ACS_HEADER)
+    empty = write_csv(d / "psam_p72.csv", _acs_rows("72")[2:6], header=ACS_HEADER)  # every row filtered out
+    for states in (["PR"], ["CA", "PR"]):
+        with pytest.raises(DataFormatError) as e:
+            load_dataset(cfg("acs_income", isolated / "acs", acs={"states": states}), 0)
+        msg = str(e.value)
+        assert msg == (f"{empty}: none of its 4 rows passes folktables' ACSIncome filter (AGEP > 16, PINCP > 100, "
+                       "WKHP > 0, PWGTP >= 1)")
+    store = isolated / "mlruns"
+    res = subprocess.run([sys.executable, "-m", "flplat.cli", "run", str(REPO / "configs" / "quickstart.yaml"),
+                          "data.name=acs_income", f"data.root={isolated / 'acs'}", "data.acs.states=[PR]",
+                          "data.cache=false", f"tracking.store_dir={store}", "fabric.num_threads=1"],
+                         cwd=isolated, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines() == [f"flplat: error: {msg}"]
+    assert not (store / "mlflow.db").exists()  # no MLflow run was started
 
 
 SERENGETI_HEADER = ["CaptureEventID", "NumImages", "DateTime", "SiteID", "NumSpecies", "Species", "Count",
@@ -227,6 +255,150 @@ def test_femnist_leaf_writers_and_letter_subset(isolated: Path) -> None:
     split = load_dataset(cfg("femnist", root), 0)
     assert split.y_train.tolist() == [0] and split.y_test.tolist() == [2]
     assert split.client_ids.tolist() == [1] and split.client_ids_test.tolist() == [0]
+
+
+def _leaf_user_split(root: Path) -> None:
+    """LEAF's -t user split: whole writers in train (f0000: 4 samples, f0002: 5) or test (f0001: 2, f0003: 3)."""
+    def user(labels: list[int], v: float) -> dict:
+        return {"x": [[v + i / 100] + [1.0] * 783 for i in range(len(labels))], "y": labels}
+
+    base = root / "femnist" / "data"
+    write_leaf(base / "train" / "all_data_0_niid_0_keep_0_train_9.json",
+               {"f0000_01": user([36, 37, 38, 36], 0.1), "f0002_01": user([39, 40, 41, 42, 36], 0.2)})
+    write_leaf(base / "test" / "all_data_0_niid_0_keep_0_test_9.json",
+               {"f0001_01": user([36, 37], 0.3), "f0003_01": user([38, 38, 39], 0.4)})
+
+
+def test_femnist_leaf_user_split_test_users_are_unseen_clients(isolated: Path) -> None:
+    """LEAF's -t user split under partition.name=natural: the test writers are no training clients; auto takes
+    them as unseen test-only clients (users), the training clients are cut by the usual fractions (as split);
+    official says which key to set instead of leaving every client without a test sample."""
+    from flplat.config import PartitionConfig
+    from flplat.data.partitions import build_federation
+    from flplat.data.splits import InfeasiblePartitionError
+
+    _leaf_user_split(isolated / "leaf")
+    ds = load_dataset(cfg("femnist", isolated / "leaf"), 0)
+    assert ds.client_ids.tolist() == [0] * 4 + [2] * 5 and ds.client_ids_test.tolist() == [1, 1, 3, 3, 3]
+    fed = build_federation(ds, PartitionConfig(name="natural"), seed=0)
+    split = build_federation(ds, PartitionConfig(name="natural", natural_test="split"), seed=0)
+    assert fed.meta["natural_test"] == "users" and fed.meta["natural_client_ids"].tolist() == [0, 2]
+    assert fed.meta["num_unseen_clients"] == 2 and fed.meta["unseen_client_ids"].tolist() == [1, 3]
+    assert len(fed.x) == 9 + 5 and fed.x_global_test is ds.x_test
+    assert [c.test.tolist() for c in fed.unseen] == [[9, 10], [11, 12, 13]]  # the pool's 9, then the test set's
+    assert all(len(c.train) == len(c.val) == 0 for c in fed.unseen) and fed.unseen_ids == [2, 3]
+    for a, b in zip(fed.clients, split.clients):  # 0.8 / 0.2 of 4 and 5 samples: 3 + 1, 4 + 1
+        assert (a.train.tolist(), a.test.tolist()) == (b.train.tolist(), b.test.tolist()) and len(a.test) == 1
+    assert torch.equal(fed.x[fed.unseen[1].test], ds.x_test[2:])
+    small = build_federation(ds, PartitionConfig(name="natural", natural_min_samples=3), seed=0)
+    assert small.meta["unseen_client_ids"].tolist() == [3] and small.meta["test_samples_without_client"] == 2
+    with pytest.raises(InfeasiblePartitionError) as e:
+        build_federation(ds, PartitionConfig(name="natural", natural_test="official"), seed=0)
+    assert "partition.natural_test=users" in str(e.value) and "none of the official test set's 2 users" in str(e.value)
+
+
+def test_flplat_run_on_a_leaf_user_split_reports_the_test_phase(isolated: Path) -> None:
+    """`flplat run` with partition.name=natural on LEAF -t user files finishes (it stopped with "test_fraction
+    leaves no client any test sample") and scores the test writers as unseen clients."""
+    _leaf_user_split(isolated / "leaf")
+    store = isolated / "mlruns"
+    res = subprocess.run([sys.executable, "-m", "flplat.cli", "run", str(REPO / "configs" / "quickstart.yaml"),
+                          "data.name=femnist", f"data.root={isolated / 'leaf'}", "partition.name=natural",
+                          "federation.rounds=1", "federation.local_epochs=1", "federation.client_fraction=1.0",
+                          "model.hidden=[8]", "fabric.num_threads=1", "tracking.plots=false",
+                          f"tracking.store_dir={store}"], cwd=isolated, capture_output=True, text=True, timeout=300,
+                         env={**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+                              "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FINISHED"
+    assert {"test_phase_accuracy", "known_association_accuracy"} <= set(run.data.metrics)
+
+
+def _random_leaf_femnist(d: Path, files: int, users: int, rng: np.random.Generator, tag: str) -> None:
+    """``files`` LEAF FEMNIST files of ``users`` writers each: pixels LEAF's k / 255 and arbitrary floats, any label."""
+    for f in range(files):
+        data = {}
+        for u in range(users):
+            n = int(rng.integers(0, 30))
+            x = rng.integers(0, 256, (n, 784)) / 255
+            x[:, :3] = rng.normal(size=(n, 3))  # not k / 255: parsed as they are
+            data[f"f{f}{u:02d}_{tag}"] = {"x": x.tolist(), "y": rng.integers(0, 62, n).tolist()}
+        write_leaf(d / f"all_data_{f}_niid_0_keep_0_{tag}_9.json", data)
+
+
+def _femnist_reference(files: list[Path], chars: str):
+    """The FEMNIST arrays the plain way: every sample of every file read, then the kept classes relabelled."""
+    users, xs, ys = [], [], []
+    for path in files:
+        obj = json.loads(path.read_text())
+        for u in obj["users"]:
+            for x, y in zip(obj["user_data"][u]["x"], obj["user_data"][u]["y"]):
+                c = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"[y]
+                if c in chars:
+                    users.append(u)
+                    xs.append(x)
+                    ys.append(chars.index(c))
+    return users, np.asarray(xs, dtype=np.float32).reshape(-1, 1, 28, 28), np.asarray(ys, dtype=np.int64)
+
+
+@pytest.mark.parametrize("chars", ["abcdefghij", "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+                                   "zZ9"])
+def test_femnist_filtered_per_file_gives_the_plain_reading(isolated: Path, chars: str) -> None:
+    """Each file filtered as it is parsed (pixels through the float cache) gives exactly the arrays, labels and
+    writers of reading every sample and filtering afterwards, for LEAF's -t sample split files."""
+    rng = np.random.default_rng(0)
+    base = isolated / "leaf" / "femnist" / "data"
+    _random_leaf_femnist(base / "train", 3, 4, rng, "train")
+    _random_leaf_femnist(base / "test", 2, 3, rng, "test")
+    ds = load_dataset(cfg("femnist", isolated / "leaf", femnist={"classes": list(chars)}), 0)
+    u_tr, x_tr, y_tr = _femnist_reference(sorted((base / "train").glob("*.json")), chars)
+    u_te, x_te, y_te = _femnist_reference(sorted((base / "test").glob("*.json")), chars)
+    assert len(y_tr) > 10 and len(y_te) > 3
+    assert np.array_equal(ds.x_train.numpy(), x_tr) and np.array_equal(ds.y_train.numpy(), y_tr)
+    assert np.array_equal(ds.x_test.numpy(), x_te) and np.array_equal(ds.y_test.numpy(), y_te)
+    names = sorted(set(u_tr) | set(u_te))
+    assert ds.client_ids.tolist() == [names.index(u) for u in u_tr]
+    assert ds.client_ids_test.tolist() == [names.index(u) for u in u_te]
+
+
+def test_femnist_peak_memory_is_the_result_plus_one_file(isolated: Path) -> None:
+    """The loader's peak (tracemalloc, numpy's buffers included) stays under the result plus 4 times the largest
+    file's text: the files are filtered one at a time and the Python lists of one file are dropped before the next
+    (reading every sample as lists first took ~33 KiB per sample, about 5 times the whole text)."""
+    import tracemalloc
+
+    d = isolated / "leaf" / "femnist" / "data" / "all_data"
+    _random_leaf_femnist(d, 8, 5, np.random.default_rng(1), "all")
+    config = cfg("femnist", isolated / "leaf", femnist={"classes": []})
+    tracemalloc.start()
+    try:
+        ds = load_dataset(config, 0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    sizes = [p.stat().st_size for p in d.glob("*.json")]
+    result = ds.x_train.numel() * 4
+    assert result > 1_000_000 and sum(sizes) > 4 * max(sizes)
+    assert peak < result + 4 * max(sizes), (peak, result, max(sizes), sum(sizes))
+
+
+@pytest.mark.parametrize("sample, message", [
+    ({"x": [[0.5] * 784], "y": [62]}, "labels are integers 0..61, got 62"),
+    ({"x": [[0.5] * 784], "y": [1.0]}, "labels are integers 0..61, got 1.0"),
+    ({"x": [[0.5] * 783], "y": [36]}, "784 pixel values, got 783"),
+    ({"x": [["a"] * 784], "y": [36]}, "pixel values are numbers"),
+    ({"x": [[0.5] * 784], "y": []}, "no 'x'/'y' of equal length"),
+])
+def test_femnist_format_errors_name_the_file(isolated: Path, sample: dict, message: str) -> None:
+    path = isolated / "leaf" / "femnist" / "data" / "all_data" / "all_data_0.json"
+    write_leaf(path, {"f0001_01": sample})
+    with pytest.raises(DataFormatError, match=message) as e:
+        load_dataset(cfg("femnist", isolated / "leaf"), 0)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
 
 
 def test_cifar100_first_classes(isolated: Path) -> None:
@@ -289,6 +461,32 @@ def test_chexpert_csv_images_uncertain_policy_and_metadata(isolated: Path) -> No
     assert zeros.y_train[1].nonzero().flatten().tolist() == [3] and zeros.meta["age_group"].tolist() == [0, 0]
     one = load_dataset(cfg("chexpert", d, chexpert={"image_size": 8, "max_train_rows": 1}), 0)
     assert len(one.y_train) == 1 and len(one.y_test) == 1
+
+
+def test_chexpert_root_above_the_archive_folder_and_partition_stats_count_images(
+        isolated: Path, capsys: pytest.CaptureFixture) -> None:
+    """data.root = the folder the official zip was unpacked in (holding CheXpert-v1.0-small/) is searched; and
+    `flplat partition-stats` on this multi-label data reports each client's images as num_samples, not its positive
+    labels (here 14 per image)."""
+    from flplat.cli import main
+
+    d = isolated / "unzipped" / "CheXpert-v1.0-small"
+    rows = [[f"CheXpert-v1.0-small/train/patient{i:05d}/study1/view1_frontal.jpg", "Male", "60", "Frontal", "AP",
+             *(["1.0"] * 14)] for i in range(6)]
+    write_csv(d / "train.csv", rows, header=CHEX_HEADER)
+    write_csv(d / "valid.csv", [["CheXpert-v1.0-small/valid/patient64541/study1/view1_frontal.jpg", "Female", "50",
+                                 "Frontal", "PA", *(["0.0"] * 14)]], header=CHEX_HEADER)
+    for i in range(6):
+        _grey(d / f"train/patient{i:05d}/study1/view1_frontal.jpg", 40 * i)
+    _grey(d / "valid/patient64541/study1/view1_frontal.jpg", 0)
+    ds = load_dataset(cfg("chexpert", d.parent, chexpert={"image_size": 8}), 0)
+    assert ds.x_train.shape == (6, 1, 8, 8) and ds.y_test.sum() == 0
+    assert float(ds.x_train[5].mean()) == pytest.approx(200 / 255, abs=0.01)
+    assert main(["partition-stats", "--dataset", "chexpert", "--partition", "iid", "--clients", "2",
+                 "--data-root", str(d.parent), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [c["num_samples"] for c in out["clients"]] == [3, 3]
+    assert [c["label_counts"] for c in out["clients"]] == [[3] * 14, [3] * 14]  # positives per label
 
 
 def test_office_home_domain_class_folders(isolated: Path) -> None:

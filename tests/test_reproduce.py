@@ -256,7 +256,7 @@ def test_cli_smoke_table_end_to_end(tmp_path, capsys):
     assert len(_runs(store)[1]) == 5
 
 
-def test_pqfed_table8_stages_are_one_run_per_method_and_seed(tmp_path, capsys):
+def test_pqfed_table8_stages_are_one_run_per_method_and_seed(tmp_path, capsys, small_mnist):
     """PQFed Table VIII at smoke scale: the 11 stages and Algorithm 2's outcome of one inner algorithm and seed are one
     run (every stage trained), read from its per-stage series; ``table8_stop`` reuses that run (nothing new trained)."""
     from mlflow.tracking import MlflowClient
@@ -288,7 +288,7 @@ def test_pqfed_table8_stages_are_one_run_per_method_and_seed(tmp_path, capsys):
     assert f"| mnist | FedAvg | 1 | {stop} ± 0 (1) |" in out.out
 
 
-def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys):
+def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys, small_mnist):
     """Flux's τ table: the ``true M`` row is the partition's number of distributions, read from Flux's own run (one
     run for both rows); IFCA is given the true M (App. E.1), so its τ equals it."""
     from flplat.experiment import load_config, prepare
@@ -304,7 +304,7 @@ def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys):
     assert f"| label_l5 | IFCA | not reported | {m} ± 0 (1) |" in out.out
 
 
-def test_flux_scalability_smoke_cell_reports_known_association(tmp_path, capsys):
+def test_flux_scalability_smoke_cell_reports_known_association(tmp_path, capsys, small_mnist):
     """App. F.2 / Table 50 at smoke scale (40 + 10 unseen clients instead of 1,200 + 100): the run ends with the
     known-association accuracy, which the table sets beside the paper's mean ± std."""
     assert main(["reproduce", "flux", "scalability", "--scale", "smoke", "--cells", "label_l7", "--methods", "FedAvg",
@@ -606,7 +606,7 @@ def test_finished_runs_of_an_earlier_flplat_are_reused_when_compatible(tmp_path,
     assert len(_runs(store)[1]) == 3
 
 
-def test_a_figure_with_nothing_to_draw_is_skipped(tmp_path, capsys):
+def test_a_figure_with_nothing_to_draw_is_skipped(tmp_path, capsys, small_mnist):
     """Clust-PSI-PFL's Fig. 5 is drawn from Clust-PSI-PFL's runs: a table rendered without them has no figure."""
     assert main(["reproduce", "clust-psi-pfl", "table3", "--scale", "smoke", "--cells", "dirichlet_50", "--methods",
                  "FedAvg", "--store-dir", str(tmp_path / "store"), "--out", str(tmp_path / "out")]) == 0

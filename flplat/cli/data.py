@@ -58,7 +58,8 @@ def cmd_partition_stats(args) -> int:
     cfg = load_config(None, overrides)
     dataset = load_dataset(cfg.data, derive_seed(cfg.seed, "data"))
     fed = build_federation(dataset, cfg.partition, derive_seed(cfg.seed, "partition"))
-    counts = fed.label_counts("all")
+    counts = fed.label_counts("all")  # multi-label data: per label, the number of samples positive for it
+    sizes = fed.num_samples("all")
     per = client_metrics(counts)
     out = {
         "dataset": cfg.data.name, "partition": cfg.partition.name, "num_clients": fed.num_clients,
@@ -66,7 +67,7 @@ def cmd_partition_stats(args) -> int:
         "params": {"alpha": cfg.partition.alpha} if cfg.partition.name == "dirichlet" else
                   ({"s": cfg.partition.similarity} if cfg.partition.name == "similarity" else {}),
         "summary": {k: float(v) for k, v in noniid_summary(counts).items()},
-        "clients": [{"client": k, "num_samples": int(counts[k].sum()), "label_counts": counts[k].tolist(),
+        "clients": [{"client": k, "num_samples": int(sizes[k]), "label_counts": counts[k].tolist(),
                      **{m: float(per[m][k]) for m in per}} for k in range(fed.num_clients)],
     }
     if args.json:

@@ -9,10 +9,20 @@ splits: ``partition.natural_test=split`` cuts each client's samples into train /
 ``partition.*_fraction`` (:func:`~flplat.data.splits.split_client`); ``official`` takes a client's test split from
 the official test set (its samples whose ``client_ids_test`` is the client's; the pool and the test set are
 concatenated into one pool) and cuts its pool samples into train / val with val share
-``val_fraction / (train_fraction + val_fraction)`` (``test_fraction`` is not used); ``auto`` (default) is
-``official`` when the dataset has ``client_ids_test``, else ``split``. Test clients that no training client has are
-not clients (counted in ``meta["test_samples_without_client"]``). The official test set stays the pooled global
-test set. ``partition.num_clients`` is not used (the data decides; the log says how many clients were kept).
+``val_fraction / (train_fraction + val_fraction)`` (``test_fraction`` is not used); test users that are not
+training clients are not clients (counted in ``meta["test_samples_without_client"]``), and when no kept client has
+an official test sample that is an error naming ``users`` and ``split``. ``users`` is for an official test set of
+other users than the pool's, as LEAF's ``-t user`` split writes it (whole users in train or test; ``-t sample``
+cuts every user's samples): each training client is cut by the usual fractions as under ``split``, and every test
+user that is not a training client becomes an unseen test-only client holding all its test samples
+(``FederatedData.unseen``, Flux's test phase: ``test_phase_accuracy`` is the accuracy on users never trained on,
+``known_association_accuracy`` the training clients' own), left out, like a training client, below
+``natural_min_samples``; a test user that is also a training client adds its test samples to that client's test
+split. ``meta["num_unseen_clients"]`` and ``meta["unseen_client_ids"]`` say which. ``auto`` (default) is
+``official`` when the official test set's client ids include a pool client's, ``users`` when it has client ids
+none of which does, else ``split``. The official test set stays the pooled global test set.
+``partition.num_clients`` is not used (the data decides; the log says how many clients were kept, and
+the run logs that number as ``partition.num_clients``: :func:`flplat.experiment.fill_num_clients`).
 
 ``metadata`` -- Flux's real-world distributions (Fenoglio et al., App. B.1 and F.4, Table 59): each combination
 of levels of the metadata columns ``partition.meta_columns`` is one planted distribution. App. B.1 for CheXpert:
@@ -85,17 +95,64 @@ def natural_clients(client_ids: np.ndarray, min_samples: int, max_clients: int, 
     return uniq[keep], [np.sort(order[starts[i]:starts[i] + counts[i]]) for i in keep]
 
 
+def _natural_test_mode(dataset: Dataset, cfg: Any) -> str:
+    """``partition.natural_test`` resolved: ``auto`` is ``official`` when the official test set's users include a
+    pool user (LEAF's ``-t sample``), ``users`` when none does (``-t user``), ``split`` without test client ids."""
+    mode = str(cfg.natural_test)
+    if mode in ("official", "users") and dataset.client_ids_test is None:
+        raise ConfigError(f"partition.natural_test={mode!r} needs the official test set's client ids, and data."
+                          f"name={dataset.name!r} has none; allowed: split, auto")
+    if mode != "auto":
+        return mode
+    if dataset.client_ids_test is None:
+        return "split"
+    return "official" if np.isin(dataset.client_ids_test, dataset.client_ids).any() else "users"
+
+
+def _test_users(test_ids: np.ndarray) -> dict[int, np.ndarray]:
+    """Each official test user's sample indices (sorted), by user id."""
+    order = np.argsort(test_ids, kind="stable")
+    uniq, start, count = np.unique(test_ids[order], return_index=True, return_counts=True)
+    return {int(u): np.sort(order[s:s + c]).astype(np.int64) for u, s, c in zip(uniq, start, count)}
+
+
+def _official_federation(dataset: Dataset, cfg: Any, mode: str, kept: np.ndarray, parts: list[np.ndarray],
+                         split_ss: np.random.SeedSequence) -> tuple[Any, Any, list, list, dict]:
+    """The pool and the official test set as one pool (the test samples at ``n + i``) and the clients of
+    ``official`` / ``users`` (module docstring), with their meta entries."""
+    import torch
+
+    n = _num_labels(dataset)
+    x, y = torch.cat([dataset.x_train, dataset.x_test]), torch.cat([dataset.y_train, dataset.y_test])
+    tr, va = float(cfg.train_fraction), float(cfg.val_fraction)
+    local = SimpleNamespace(val_fraction=va / (tr + va), test_fraction=0.0) if mode == "official" else cfg
+    tests = _test_users(np.asarray(dataset.client_ids_test, dtype=np.int64))
+    clients, none = [], np.empty(0, np.int64)
+    for cid, part, ss in zip(kept.tolist(), parts, split_ss.spawn(len(parts))):
+        sp = split_client(part, local, np.random.default_rng(ss))
+        sp.test = np.concatenate([sp.test, n + tests.pop(cid, none)]).astype(np.int64)
+        clients.append(sp)
+    if mode == "official" and not any(len(c.test) for c in clients):
+        raise InfeasiblePartitionError(
+            f"partition.natural_test='official' gives no client a test sample: none of the official test set's "
+            f"{len(tests)} users is one of the {len(kept)} kept clients (LEAF's -t user split puts whole users in "
+            "train or test); allowed: partition.natural_test=users (the test users become unseen test-only clients) "
+            "or split (each client's test split cut by partition.test_fraction)")
+    unseen_ids = [u for u, idx in tests.items() if mode == "users" and len(idx) >= int(cfg.natural_min_samples)]
+    unseen = [ClientSplit(train=none, val=none, test=n + tests.pop(u)) for u in unseen_ids]
+    meta = {"test_samples_without_client": int(sum(len(v) for v in tests.values()))}
+    if mode == "users":
+        meta.update(num_unseen_clients=len(unseen), unseen_client_ids=np.asarray(unseen_ids, dtype=np.int64))
+    return x, y, clients, unseen, meta
+
+
 def build_natural_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
     """``partition.name=natural`` (module docstring); deterministic in ``seed``."""
     if dataset.client_ids is None:
         raise ConfigError(f"partition.name='natural' needs the natural client of every sample, and data.name="
                           f"{dataset.name!r} has none; allowed: a dataset with client ids (imagefolder / npz / table "
                           "with data.client_column=...) or another partition.name")
-    mode = str(cfg.natural_test)
-    if mode == "official" and dataset.client_ids_test is None:
-        raise ConfigError(f"partition.natural_test='official' needs the official test set's client ids, and data."
-                          f"name={dataset.name!r} has none; allowed: split, auto")
-    official = mode == "official" or (mode == "auto" and dataset.client_ids_test is not None)
+    mode = _natural_test_mode(dataset, cfg)
     pick_ss, split_ss = np.random.SeedSequence(int(seed)).spawn(2)
     kept, parts = natural_clients(dataset.client_ids, int(cfg.natural_min_samples), int(cfg.natural_max_clients),
                                   np.random.default_rng(pick_ss))
@@ -104,39 +161,26 @@ def build_natural_federation(dataset: Dataset, cfg: Any, seed: int) -> Federated
         raise InfeasiblePartitionError(f"partition.name='natural' keeps no client: none of the "
                                        f"{len(np.unique(dataset.client_ids))} natural clients has "
                                        f"partition.natural_min_samples={cfg.natural_min_samples} samples; lower it")
-    x, y, meta = dataset.x_train, dataset.y_train, {}
-    if official:
-        import torch
-
-        x, y = torch.cat([dataset.x_train, dataset.x_test]), torch.cat([dataset.y_train, dataset.y_test])
-        tr, va = float(cfg.train_fraction), float(cfg.val_fraction)
-        local = SimpleNamespace(val_fraction=va / (tr + va), test_fraction=0.0)
-        test_ids = np.asarray(dataset.client_ids_test, dtype=np.int64)
-        t_order = np.argsort(test_ids, kind="stable")
-        t_uniq, t_start, t_count = np.unique(test_ids[t_order], return_index=True, return_counts=True)
-        where = dict(zip(t_uniq.tolist(), zip(t_start.tolist(), t_count.tolist())))
-        clients = []
-        for cid, part, ss in zip(kept.tolist(), parts, split_ss.spawn(len(parts))):
-            sp = split_client(part, local, np.random.default_rng(ss))
-            s, c = where.get(cid, (0, 0))
-            sp.test = n + np.sort(t_order[s:s + c]).astype(np.int64)
-            clients.append(sp)
-        meta["test_samples_without_client"] = int((~np.isin(test_ids, kept)).sum())
-    else:
+    x, y, unseen, meta = dataset.x_train, dataset.y_train, [], {}
+    if mode == "split":
         clients = [split_client(p, cfg, np.random.default_rng(s)) for p, s in zip(parts, split_ss.spawn(len(parts)))]
+    else:
+        x, y, clients, unseen, meta = _official_federation(dataset, cfg, mode, kept, parts, split_ss)
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
     log.info("partition.name=natural: %d natural clients kept of %d (partition.num_clients is not used); test "
-             "splits from %s", len(kept), len(np.unique(dataset.client_ids)),
-             "the official test set's client ids" if official else "partition.test_fraction")
+             "splits from %s", len(kept), len(np.unique(dataset.client_ids)), {
+                 "official": "the official test set's client ids", "split": "partition.test_fraction",
+                 "users": f"partition.test_fraction; the official test set's {len(unseen)} users are unseen "
+                          "test-only clients"}[mode])
     meta = {
         "partition": "natural", "num_clients": len(kept), "seed": int(seed), "pool_samples": n,
         "assigned_samples": int(sizes.sum()), "dropped_samples": int(n - sizes.sum()),
         "min_client_samples": int(sizes.min()), "max_client_samples": int(sizes.max()),
         "natural_clients": int(len(np.unique(dataset.client_ids))), "natural_client_ids": kept,
-        "natural_test": "official" if official else "split", **meta,
+        "natural_test": mode, **meta,
     }
     return FederatedData(x=x, y=y, num_classes=int(dataset.num_classes), clients=clients,
-                         x_global_test=dataset.x_test, y_global_test=dataset.y_test, meta=meta)
+                         x_global_test=dataset.x_test, y_global_test=dataset.y_test, meta=meta, unseen=unseen)
 
 
 # ----------------------------------------------------------------------------------------------------- metadata

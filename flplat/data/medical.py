@@ -5,7 +5,9 @@ Files: ``train.csv`` and ``valid.csv`` (columns ``Path, Sex, Age, Frontal/Latera
 observations ``No Finding`` ... ``Support Devices`` with 1 / 0 / -1 (uncertain) / blank) and the images they name.
 ``Path`` starts with the archive's directory (``CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg``);
 an image is looked for at ``<dir>/<Path>``, then ``<dir>/<Path without its first directory>`` (the CSVs inside the
-unpacked archive, as Flux's code and the Kaggle copy have them), then ``<dir>/../<Path>``.
+unpacked archive, as Flux's code and the Kaggle copy have them), then ``<dir>/../<Path>``. ``<dir>`` is a searched
+directory holding the two CSVs, or its ``CheXpert-v1.0-small/`` (``data.root`` set to the folder the official zip was
+unpacked in).
 
 Labels (``data.chexpert.uncertain``): y is float32 ``(N, 14)`` of 0/1 (``Dataset.multilabel``); an uncertain -1
 becomes 1 (``ones``: U-Ones, what Flux's code does: ``replace(-1.0, 1.0).fillna(0.0)``) or 0 (``zeros``: U-Zeros); a
@@ -44,6 +46,7 @@ CHEXPERT_OBSERVATIONS = [
     "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other", "Fracture",
     "Support Devices",
 ]
+CHEXPERT_DIR = "CheXpert-v1.0-small"  # the directory the official zip (and the Kaggle copy) unpacks to
 CHEXPERT_META_COLUMNS = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA"]
 CHEXPERT_WHERE = ("CheXpert-v1.0-small from stanfordmlgroup.github.io/competitions/chexpert (or the Kaggle copy "
                   "ashery/chexpert)")
@@ -106,11 +109,18 @@ def _read_split(d: Path, name: str, cfg, max_rows: int = 0):
     return x, y, meta
 
 
+def _find_chexpert(p: Path) -> Path | None:
+    """``p``, or its ``CheXpert-v1.0-small/`` (the folder the official zip unpacks to), when it holds both CSVs."""
+    for d in (p, p / CHEXPERT_DIR):
+        if (d / "train.csv").is_file() and (d / "valid.csv").is_file():
+            return d
+    return None
+
+
 def load_chexpert(cfg: DataConfig) -> Dataset:
     c = cfg.chexpert
-    d = find_data(cfg, "chexpert", "chexpert",
-                  lambda p: p if (p / "train.csv").is_file() and (p / "valid.csv").is_file() else None,
-                  "train.csv, valid.csv and the images they list", CHEXPERT_WHERE)
+    d = find_data(cfg, "chexpert", "chexpert", _find_chexpert,
+                  f"train.csv, valid.csv (there or in its {CHEXPERT_DIR}/) and the images they list", CHEXPERT_WHERE)
 
     def build() -> dict[str, np.ndarray]:
         out = {}

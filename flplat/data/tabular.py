@@ -10,10 +10,15 @@ all 51 "states", then ``RobustScaler`` on the features). Files: folktables' layo
 in the same places, or the CSVs directly in ``<dir>``. The task, as folktables defines it: features AGEP, COW, SCHL,
 MAR, OCCP, POBP, RELP, WKHP, SEX, RAC1P; label PINCP > 50,000; rows kept when AGEP > 16, PINCP > 100, WKHP > 0 and
 PWGTP >= 1. Categoricals (COW, SCHL, MAR, OCCP, POBP, RELP, SEX, RAC1P) keep their integer ACS codes as numbers and
-a missing value is -1 (folktables' ``df_to_numpy``); then every column is scaled with ``data.acs.scaler`` (robust:
-(x - median) / IQR, the authors' choice; standard; none), fitted on the pool. There is no official test set.
-``meta``: ``state`` (the FIPS code), ``sex`` (1 male, 2 female) and ``race`` (RAC1P, 1..9): ACS codes as they are.
-The result is kept in the decoded-data cache (``data.cache_dir``), keyed by the files' contents and these keys.
+a missing value is 0, as folktables fills it: ACSIncome's ``postprocess`` is ``lambda x: np.nan_to_num(x, -1)`` in
+its release 0.0.12 (``np.nan_to_num``'s second positional argument is ``copy``, so NaN becomes the default
+``nan=0.0``; its repository now spells it ``np.nan_to_num(x, copy=True, nan=0.0)``), applied to the feature array
+of ``df_to_numpy``. Then every column is scaled with ``data.acs.scaler`` (robust: (x - median) / IQR, the authors'
+choice; standard; none), fitted on the pool. A state file where no row passes the filter is an error naming the
+file and the filter (not a real PUMS file). There is no official test set. ``meta``: ``state`` (the FIPS code),
+``sex`` (1 male, 2 female) and ``race`` (RAC1P, 1..9): ACS codes as they are (-1 if missing, the metadata
+partitions' code for it). The result is kept in the decoded-data cache (``data.cache_dir``), keyed by the files'
+contents and these keys.
 
 Serengeti (``data.serengeti.*``)
 --------------------------------
@@ -122,19 +127,24 @@ def load_acs_income(cfg: DataConfig) -> Dataset:
                       ACS_WHERE)
 
     def build() -> dict[str, np.ndarray]:
-        xs, ys, fips = [], [], []
+        xs, ys, fips, sex, race = [], [], [], [], []
         for path, st in zip(paths, states):
             df = _read_acs_csv(path, year, st)
+            rows = len(df)
             df = df[(df.AGEP > 16) & (df.PINCP > 100) & (df.WKHP > 0) & (df.PWGTP >= 1)]  # folktables' adult_filter
-            xs.append(df[ACS_FEATURES].fillna(-1).to_numpy(np.float64))
+            if df.empty:
+                raise DataFormatError(f"{path}: none of its {rows} rows passes folktables' ACSIncome filter "
+                                      f"(AGEP > 16, PINCP > 100, WKHP > 0, PWGTP >= 1)")
+            xs.append(df[ACS_FEATURES].fillna(0).to_numpy(np.float64))  # folktables: np.nan_to_num(x, -1) -> 0
             ys.append((df.PINCP > 50000).to_numpy(np.int64))
             fips.append(np.full(len(df), int(ACS_FIPS[st]), np.int64))
-        raw = np.concatenate(xs)
-        return {"x": scale(raw, str(a.scaler)).astype(np.float32), "y": np.concatenate(ys),
-                "state": np.concatenate(fips), "sex": raw[:, ACS_FEATURES.index("SEX")].astype(np.int64),
-                "race": raw[:, ACS_FEATURES.index("RAC1P")].astype(np.int64)}
+            sex.append(df.SEX.fillna(-1).to_numpy(np.int64))
+            race.append(df.RAC1P.fillna(-1).to_numpy(np.int64))
+        return {"x": scale(np.concatenate(xs), str(a.scaler)).astype(np.float32), "y": np.concatenate(ys),
+                "state": np.concatenate(fips), "sex": np.concatenate(sex), "race": np.concatenate(race)}
 
-    arr = cached(cfg, "acs_income", (year, horizon, states, str(a.scaler)), list(paths), build)
+    # "fill0": missing features are 0, as folktables (caches written with the earlier -1 are not reused)
+    arr = cached(cfg, "acs_income", (year, horizon, states, str(a.scaler), "fill0"), list(paths), build)
     return Dataset(name="acs_income", x_train=torch.from_numpy(arr["x"]), y_train=torch.from_numpy(arr["y"]),
                    num_classes=2, class_names=["<=50K", ">50K"],
                    meta={k: arr[k] for k in ("state", "sex", "race")})

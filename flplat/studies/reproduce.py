@@ -51,8 +51,8 @@ clusters), each with a numbered note. The verdict has two parts:
   for CIFAR-10), values are not comparable and only the claim is judged.
 
 The parts live in :mod:`flplat.studies.reproduction` (the table model and plan, the papers' values, the store,
-the execution, the rendering and the figures); this module runs a paper's tables with them and re-exports their
-public names (the paper modules, the CLI and the tests import them from here).
+the execution, the jobs printed for a scheduler, the rendering and the figures); this module runs a paper's tables
+with them and re-exports their public names (the paper modules, the CLI and the tests import them from here).
 """
 
 from __future__ import annotations
@@ -74,7 +74,6 @@ from flplat.studies.reproduction.execute import (
     default_jobs,
     make_backend,
     run_grid,
-    unfinished,
 )
 from flplat.studies.reproduction.figures import plot_cells, plot_curves
 from flplat.studies.reproduction.grid import (
@@ -95,6 +94,7 @@ from flplat.studies.reproduction.grid import (
     select,
     with_added,
 )
+from flplat.studies.reproduction.jobs import job_commands
 from flplat.studies.reproduction.render import describe_metric, render_table, table_header, value_note, verdict
 from flplat.studies.reproduction.store import Store, compatible, run_params
 from flplat.studies.reproduction.values import (
@@ -275,65 +275,6 @@ def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, pare
                        timing_line(o.command or f"flplat reproduce {paper} {t.id} --scale {o.scale}", n_runs,
                                    run_s, None if o.render_only else time.perf_counter() - t_start),
                        figure=png if png is not None and png.is_file() else None)
-
-
-def job_commands(paper: str, tables: Sequence[str] = (), scale: str = "reduced", seeds: Sequence[int] | None = None,
-                 methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, store_dir: str = "mlruns",
-                 overrides: Sequence[str] = (), form: str = "lines", baseline_seeds: int | None = None,
-                 command: str = "", added: Sequence[str] = (), rerun_stale: bool = False) -> str:
-    """``flplat reproduce ... --print-jobs``: one ``flplat reproduce`` command per run of the grid that no finished
-    run stands for yet (``form`` lines), or a SLURM job-array script that runs them (``form`` array). Each command
-    runs exactly that run (its table, ``--cells``, ``--methods``, ``--seeds``) into the same store, so the run
-    lands where the grid expects it (same config hash, nested under the table's parent, tagged); afterwards the
-    grid's own command (with ``--render-only``) renders the tables. Re-running prints only what is still
-    unfinished. A run two tables share is printed once. The tables' parent runs are created here (status
-    SCHEDULED), so that the array's tasks do not race to create them. With ``rerun_stale`` the runs whose finished
-    run comes from other code are printed too, each command with ``--rerun-stale``."""
-    import shlex
-
-    chosen = [t for t in select(paper_tables(paper), list(tables), "tables", "id") if t.kind == "train"]
-    extra = {m.name: spec for spec in added for m in [parse_added_method(spec)]}  # --add-method: label -> spec
-    if extra:
-        chosen = [with_added(t, [parse_added_method(a) for a in added]) for t in chosen]
-        if methods:
-            methods = [*methods, *(name for name in extra if name not in methods)]
-    experiment = f"reproduce-{paper}"
-    sel = per_table(chosen, methods, cells)
-    chosen = [t for t in chosen if t.id in sel]
-    store = Store(experiment, store_dir)
-    lines, seen = [], set()
-    for t in chosen:
-        sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
-        jobs = plan(paper, t, scale, sd, *sel[t.id], overrides, experiment, store_dir, baseline_seeds)
-        todo, _, _ = unfinished(paper, jobs, store, rerun_stale)
-        parent = store.parent(paper, t.id, scale)
-        store.client.set_terminated(parent, "SCHEDULED")
-        for j in todo:
-            if j.key in seen:
-                continue
-            seen.add(j.key)
-            words = ["flplat", "reproduce", paper, t.id, "--scale", scale, "--cells", j.cell, "--methods", j.method,
-                     "--seeds", str(j.seed), "--store-dir", store_dir]
-            if j.method in extra:
-                words += ["--add-method", extra[j.method]]
-            if j.key in store.replaced:
-                words.append("--rerun-stale")
-            if overrides:
-                words += ["--set", *overrides]
-            lines.append(shlex.join(words))
-    if form == "lines":
-        return "\n".join(lines)
-    grid = command or f"flplat reproduce {paper} {' '.join(tables)} --scale {scale}".replace("  ", " ")
-    head = ["#!/bin/bash", f"#SBATCH --job-name=flplat-{paper}", f"#SBATCH --array=0-{max(len(lines) - 1, 0)}",
-            "#SBATCH --ntasks=1", "#SBATCH --cpus-per-task=1",
-            f"# {len(lines)} unfinished run(s) of: {grid}",
-            "# one array task each; afterwards render the tables with that command plus --render-only, and print",
-            "# this script again (--print-jobs array) for what is still unfinished.",
-            "set -euo pipefail"]
-    if not lines:
-        return "\n".join([*head[:1], f"# nothing to run: every run of `{grid}` is finished"])
-    return "\n".join([*head, "CMDS=(", *(shlex.quote(x) for x in lines), ")",
-                      'eval "${CMDS[$SLURM_ARRAY_TASK_ID]}"'])
 
 
 def out_stem(paper: str, table: str, scale: str) -> str:

@@ -232,16 +232,27 @@ class RayBackend(Backend):
         self.address, self.gpus, self.cpus, self.max_retries = address, gpus_per_run, cpus_per_run, max_retries
         self.ray = ray_module()
         self._started = False
+        self._probed = False
 
     @property
     def remote(self) -> bool:
         """A cluster (``--address``) whose other nodes cannot see this machine's files."""
         return self.address not in (None, "", "local")
 
+    def check_cluster(self) -> None:
+        """With ``--address``: one short probe of the cluster, a one-line ConfigError (exit 2) when it does not
+        answer, instead of Ray's minutes of retries and its traceback (:mod:`.ray_address`); once."""
+        if self.remote and not self._probed:
+            from flplat.studies.reproduction.ray_address import check_cluster
+
+            check_cluster(str(self.address))
+            self._probed = True
+
     def connect(self) -> None:
         """Connect on the first runs (nothing to run: no Ray start-up): to ``--address``, else a local instance."""
         ray = self.ray
         if not ray.is_initialized():
+            self.check_cluster()
             passed = ("MLFLOW_TRACKING_URI", "PYTHONPATH", "FLPLAT_PLUGINS")  # the store, the code, --plugin modules
             env = {k: os.environ[k] for k in passed if os.environ.get(k)}
             kw: dict[str, Any] = {"runtime_env": {"env_vars": env}} if env else {}
@@ -269,7 +280,9 @@ class RayBackend(Backend):
     def check_shared(self, tracking_cfg) -> None:
         """With a cluster (``--address``): the tracking store must be a server (http/https) or a shared database
         (postgresql://, mysql://, ...), and the checkpoints (``tracking.checkpoint_dir``) an absolute path of a
-        directory every node mounts; a local path would leave each node its own record (exit 2)."""
+        directory every node mounts; a local path would leave each node its own record (exit 2). First of all the
+        cluster must answer (:meth:`check_cluster`): every study calls this before its first MLflow run."""
+        self.check_cluster()
         if not self.remote or not tracking_cfg.enabled:
             return
         from flplat.tracking.store import store_uris

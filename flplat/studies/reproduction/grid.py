@@ -120,7 +120,9 @@ def parse_added_method(spec: str) -> Method:
     algorithm is ``algorithm.name`` of the overrides; without one, NAME itself must be a registered algorithm
     (``--add-method fedprox`` or ``"fedprox=algorithm.mu=0.1"``)."""
     from flplat.algorithms import ALGORITHMS
+    from flplat.plugins import load_plugins
 
+    load_plugins()  # NAME may be an installed plugin's algorithm (entry points, $FLPLAT_PLUGINS)
     label, _, rest = spec.partition("=")
     label = label.strip()
     if not ADDED_LABEL.fullmatch(label):
