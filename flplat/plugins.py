@@ -74,7 +74,7 @@ def add_to_env(modules: Iterable[str]) -> None:
 def _import(module: str, label: str) -> None:
     if module in _LOADED:
         return
-    with loading(label):
+    with loading(label, module):
         try:
             importlib.import_module(module)
         except RegistryClash as e:

@@ -333,7 +333,10 @@ def test_cli_analysis_table_smoke(tmp_path, capsys):
     (["dapfl", "table3_digits", "--jobs", "999"], "--jobs=999"),
     (["dapfl", "table3_digits", "--baseline-seeds", "0"], "--baseline-seeds=0; allowed: an integer >= 1"),
     (["dapfl", "table3_digits", "--set", "federation.rounds=0"], "federation.rounds"),
-    (["dapfl", "table3_digits", "--add-method", "My Algo=algorithm.name=fedavg"], "the row label 'My Algo' must be"),
+    (["dapfl", "table3_digits", "--add-method", "My|Algo=algorithm.name=fedavg"], "the row label 'My|Algo' must "
+     "have a letter or digit and none of ',|:#$'"),
+    (["dapfl", "table3_digits", "--rerun-stale", "--render-only"], "--rerun-stale trains, --render-only trains "
+     "nothing"),
     (["dapfl", "table3_digits", "--add-method", "Mine=algorithm.mu"], "'algorithm.mu' is not key=value"),
     (["dapfl", "table3_digits", "--add-method", "Mine=algorithm.mu=0.1"], "names no algorithm: give algorithm.name"),
     (["dapfl", "table3_digits", "--add-method", "FedAvg=algorithm.name=fedprox"], "already has a method of that "
@@ -388,19 +391,22 @@ def test_jobs_2_runs_in_worker_processes_with_the_same_results(tmp_path, capsys)
 
 def test_a_run_that_fails_its_config_is_skipped_not_fatal(tmp_path, capsys):
     """An error found while preparing one run (here: every Dirichlet redraw leaves a client under min_samples) skips
-    that run with its reason; the table is still written, the cell "not run"."""
+    that run with its reason; the table is still written, the cell "not run"; the row has no run at all, so the
+    command exits 1 with the row and the reason."""
     assert main(["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
                  "--methods", "FedAvg", "--store-dir", str(tmp_path), "--set", "partition.min_samples=500",
-                 "partition.max_retries=1"]) == 0
+                 "partition.max_retries=1"]) == 1
     out = capsys.readouterr()
     assert "digits_k20_low FedAvg s0: skipped (" in out.err
+    assert "flplat: error: table3_digits: row 'FedAvg': all 1 of its runs were refused before they started: " \
+           "partition.name='dirichlet' is infeasible" in out.err
     # the table says why: the row points to a note with the reason per seed
     assert "| digits_k20_low | FedAvg | 66.83 | — | — | not run: skipped, see note 1 |" in out.out
     assert "1. skipped: seed 0: partition.name='dirichlet' is infeasible: num_clients * min_samples" in out.out
     # the reason stays on the parent run: a later --render-only shows it too (no run exists to read it from)
     assert main(["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
                  "--methods", "FedAvg", "--store-dir", str(tmp_path), "--set", "partition.min_samples=500",
-                 "partition.max_retries=1", "--render-only"]) == 0
+                 "partition.max_retries=1", "--render-only"]) == 1
     out = capsys.readouterr().out
     assert "not run: skipped, see note 1 |" in out and "1. skipped: seed 0: partition.name='dirichlet'" in out
 

@@ -137,9 +137,11 @@ def resources(cfgs: Sequence[tuple[str, object]]) -> tuple[int, int]:
     return cpus, gpus
 
 
-def _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, overrides, baseline_seeds, added):
-    """(table id, job, its config, its --add-method spec or None) per run no finished run stands for (a run two
-    tables share once); the checks come before the tables' parent runs are marked SCHEDULED."""
+def _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, overrides, baseline_seeds, added,
+                     rerun_stale=False):
+    """(table id, job, its config, its --add-method spec or None, whether it re-runs a finished run of other code)
+    per run no finished run stands for (with ``rerun_stale``, also per run whose finished run comes from other code;
+    a run two tables share once); the checks come before the tables' parent runs are marked SCHEDULED."""
     from flplat.experiment import load_config
 
     chosen = [t for t in select(paper_tables(paper), list(tables), "tables", "id") if t.kind == "train"]
@@ -156,11 +158,12 @@ def _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, ove
     for t in chosen:
         sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
         jobs = plan(paper, t, scale, sd, *sel[t.id], overrides, experiment, store_dir, baseline_seeds)
-        for j in unfinished(paper, jobs, store)[0]:
+        for j in unfinished(paper, jobs, store, rerun_stale)[0]:
             if j.key not in seen:
                 seen.add(j.key)
-                runs.append((t.id, j, load_config(j.config, list(j.overrides)), extra.get(j.method)))
-    cpus_gpus = resources([(f"{t} {j.cell} {j.method} s{j.seed}", cfg) for t, j, cfg, _ in runs])
+                runs.append((t.id, j, load_config(j.config, list(j.overrides)), extra.get(j.method),
+                             j.key in store.replaced))
+    cpus_gpus = resources([(f"{t} {j.cell} {j.method} s{j.seed}", cfg) for t, j, cfg, *_ in runs])
     for t in chosen:
         store.client.set_terminated(store.parent(paper, t.id, scale), "SCHEDULED")
     return runs, cpus_gpus
@@ -169,19 +172,22 @@ def _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, ove
 def job_commands(paper: str, tables: Sequence[str] = (), scale: str = "reduced", seeds: Sequence[int] | None = None,
                  methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, store_dir: str = "mlruns",
                  overrides: Sequence[str] = (), form: str = "lines", baseline_seeds: int | None = None,
-                 command: str = "", added: Sequence[str] = ()) -> str:
+                 command: str = "", added: Sequence[str] = (), rerun_stale: bool = False) -> str:
     """``flplat reproduce ... --print-jobs``: one command per run of the grid that no finished run stands for yet
     (``form`` lines), or a SLURM job-array script that runs them (``form`` array). Each command runs exactly that
     run (its table, ``--cells``, ``--methods``, ``--seeds``) into the same store, so the run lands where the grid
     expects it (same config hash, nested under the table's parent, tagged); afterwards the grid's own command (with
     ``--render-only``) renders the tables. Re-running prints only what is still unfinished. The tables' parent runs
     are created here (status SCHEDULED), so that the array's tasks do not race to create them. Every command
-    carries what it needs to run from anywhere (:func:`pinned`); only the returned text is meant for stdout."""
+    carries what it needs to run from anywhere (:func:`pinned`); only the returned text is meant for stdout. With
+    ``rerun_stale`` the runs whose finished run comes from other code are printed too, each command with
+    ``--rerun-stale``."""
     with contextlib.redirect_stdout(sys.stderr):  # MLflow's "View run ..." lines (a server) must not reach stdout
         runs, (cpus, gpus) = _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, overrides,
-                                              baseline_seeds, added)
-        pin = pinned([m for _, _, cfg, _ in runs for m in (cfg.get("plugins") or [])])
-    lines = [shlex.join(_words(pin, paper, t, scale, j, cfg, spec, store_dir, overrides)) for t, j, cfg, spec in runs]
+                                              baseline_seeds, added, rerun_stale)
+        pin = pinned([m for _, _, cfg, *_ in runs for m in (cfg.get("plugins") or [])])
+    lines = [shlex.join(_words(pin, paper, t, scale, j, cfg, spec, store_dir, overrides, stale))
+             for t, j, cfg, spec, stale in runs]
     if form == "lines":
         return "\n".join(f"cd {shlex.quote(pin.cwd)} && {shlex.join(pin.prefix())} {x}" for x in lines)
     grid = command or f"flplat reproduce {paper} {' '.join(tables)} --scale {scale}".replace("  ", " ")
@@ -203,15 +209,17 @@ def job_commands(paper: str, tables: Sequence[str] = (), scale: str = "reduced",
 
 
 def _words(pin: Pinned, paper: str, table: str, scale: str, job, cfg, spec: str | None, store_dir: str,
-           overrides: Sequence[str]) -> list[str]:
+           overrides: Sequence[str], rerun_stale: bool = False) -> list[str]:
     """The command of one run: this interpreter's ``flplat reproduce`` for exactly that run, into the absolute
-    store, with its checkpoint directory made absolute."""
+    store, with its checkpoint directory made absolute (``--rerun-stale``: its finished run is of other code)."""
     from flplat.tracking.store import checkpoint_dir
 
     words = [pin.python, "-m", MODULE, "reproduce", paper, table, "--scale", scale, "--cells", job.cell,
              "--methods", job.method, "--seeds", str(job.seed), "--store-dir", os.path.abspath(store_dir)]
     if spec is not None:
         words += ["--add-method", spec]
+    if rerun_stale:
+        words.append("--rerun-stale")
     sets = list(overrides)
     if cfg.tracking.enabled:
         sets.append(f"tracking.checkpoint_dir={os.path.abspath(checkpoint_dir(cfg.tracking))}")
