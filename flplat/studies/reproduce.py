@@ -186,7 +186,7 @@ def _reproduce_tables(paper, chosen, plans, values, store, scale, baseline_seeds
                     png = str(Path(out_dir or tmp) / f"{out_stem(paper, t.id, scale)}.png")
                     Path(png).parent.mkdir(parents=True, exist_ok=True)
                     Path(png).unlink(missing_ok=True)  # never log an earlier command's figure
-                    t.figure(FigureContext(ours, scale, png, store.client, run_ids))
+                    t.figure(FigureContext(ours, scale, png, store.client, run_ids, list(sd), jobs or []))
                     if Path(png).is_file():
                         store.client.log_artifact(parent, png, "reproduce")
                     else:  # e.g. Fig. 5 before any Clust-PSI-PFL run has finished
