@@ -234,3 +234,11 @@ def test_cafa_fig4_and_fig6_read_the_runs_of_tables_iv_and_v(tmp_path, capsys, m
         keys6 = {j.key for j in rp.plan("cafa", f6, scale, [0], None, None, [], "e", "d")}
         keys4 = {j.key for j in rp.plan("cafa", f4, scale, [0], None, None, [], "e", "d")}
         assert keys6 == keys5 and keys4 < keys6 and len(keys4) == 2  # CAFA on CIFAR-10 and on FMNIST
+
+
+def test_cafa_fig4_rows_keep_every_seed_under_baseline_seeds():
+    """Both rows of Fig. 4 read the same CAFA run: ``--baseline-seeds`` must not cut one of them to one seed."""
+    f4 = next(t for t in rp.paper_tables("cafa") if t.id == "fig4")
+    jobs = rp.plan("cafa", f4, "smoke", [0, 1, 2], None, ["fmnist"], [], "e", "d", baseline_seeds=1)
+    assert {(j.method, j.seed) for j in jobs} == {(m, s) for m in ("k", "silhouette at k") for s in (0, 1, 2)}
+    assert len({j.key for j in jobs}) == 3

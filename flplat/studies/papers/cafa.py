@@ -95,7 +95,7 @@ TABLES += [
           "IV-V), 20 clients, 50% IID", T5_CELLS,
           [Method("k", CAFA_ROW, metric="tau"), Method("silhouette at k", CAFA_ROW, metric="silhouette")],
           metric="tau", reference=None, tie=0.5, seeds=[0, 1, 2], scales=T5_SCALES, notes=T5_NOTES,
-          figure=figs.plot_silhouette),
+          focus=["k", "silhouette at k"], figure=figs.plot_silhouette),
     Table("fig5", "CAFA Fig. 5: CBCC's result through PCA, Case 3 of Table III (60 clients, 50% IID)",
           [Cell("case3", params={"clients": 60, "iid_fraction": 0.5})], [Method(r) for r in figs.FIG5_ROWS],
           analyze=figs.cbcc_pca, figure=figs.plot_cbcc_pca, findings=figs.fig5_findings, tie=0.05, **LABELS_ONLY),
