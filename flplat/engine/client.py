@@ -27,6 +27,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.plugins.precision import Precision
 from torch import nn
 
+from flplat.engine.optim import make_optimizer
 from flplat.maths.losses import hits, task_loss
 from flplat.metrics.multilabel import macro_auroc
 from flplat.protocol.state import ParamLayout
@@ -56,16 +57,6 @@ class ClientModule(L.LightningModule):
             if extra is not None:
                 loss = loss + extra
         return loss
-
-
-def make_optimizer(name: str, params, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}")
 
 
 def batch_bounds(n: int, batch_size: int) -> list[tuple[int, int]]:

@@ -45,6 +45,7 @@ from torch.func import functional_call, vmap
 
 from flplat.engine.client import ClientTrainer, batch_bounds
 from flplat.engine.memory import retain_freed_memory
+from flplat.engine.optim import FunctionalOptimizer
 from flplat.protocol.strategy import ClientPlan, ClientResult, LocalHook
 
 Job = tuple[int, ClientPlan, np.ndarray, int]  # (client, plan, train indices, seed): ClientTrainer.train's arguments
@@ -290,92 +291,3 @@ class VectorizedTrainer:
     def _hook_loss(hooks, params) -> torch.Tensor:
         terms = [t for t in (h.functional_loss(params) for h in hooks) if t is not None]
         return sum(terms[1:], terms[0]) if terms else params[0].new_zeros(())
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Whether ``t`` covers its memory without gaps or overlaps (in some dimension order)."""
-    expected = 1
-    for d in sorted(range(t.dim()), key=t.stride):
-        if t.size(d) != 1 and t.stride(d) != expected:
-            return False
-        expected *= t.size(d)
-    return True
-
-
-class FunctionalOptimizer:
-    """torch.optim's Adam / AdamW / SGD updates on stacked ``(G, ...)`` parameters, updating only the first ``g``
-    clients at each step (clients only ever drop out at the end, so all updated clients share the step count).
-
-    ``fused=True`` runs torch.optim's own fused kernels (``torch._fused_adam_`` & co., what ``fused=True`` runs;
-    one pass over memory instead of ~7, which matters once G stacked copies no longer fit in cache); they agree
-    with the per-client loop's single-tensor path to float rounding (~1e-7 relative). ``fused=False`` spells the
-    single-tensor formulas out and is bit-identical to it. State is fresh at construction."""
-
-    def __init__(self, name: str, params: list[torch.Tensor], lr: float, momentum: float, weight_decay: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True,
-                 state: list[list[torch.Tensor]] | None = None):
-        if name not in ("adam", "adamw", "sgd"):
-            raise ValueError(f"unknown optimizer {name!r}")
-        self.name, self.params, self.lr, self.momentum, self.wd = name, params, lr, momentum, weight_decay
-        self.betas, self.eps, self.t = betas, eps, 0
-        self.fused = fused and hasattr(torch, "_fused_adam_") and all(
-            p.device.type in ("cpu", "cuda") and _dense(p[:1]) for p in params)  # a prefix of clients: dense too
-        # fresh state: zeros (``state``: zeroed buffers shaped like ``params``, one list per moment, to use instead)
-        self.state = state if state is not None else [[torch.zeros_like(p) for p in params]
-                                                      for _ in range(self.moments(name, momentum))]
-
-    @staticmethod
-    def moments(name: str, momentum: float) -> int:
-        """State tensors per parameter: Adam's two moments, SGD's momentum buffer (none without momentum)."""
-        return 2 if name != "sgd" else int(momentum != 0)
-
-    @torch.no_grad()
-    def step(self, grads: Sequence[torch.Tensor], g: int) -> None:
-        """Update clients ``[:g]``, whose step counter becomes ``self.t + 1``."""
-        self.t += 1
-        params = [p[:g] for p in self.params]
-        state = [[s[:g] for s in st] for st in self.state]
-        if self.fused:  # the kernels walk params, grads and state as flat memory: their layouts must agree
-            self._fused(params, [d if d.stride() == p.stride() else torch.empty_like(p).copy_(d)
-                                 for p, d in zip(params, grads)], state)
-        elif self.name == "sgd":
-            self._sgd(params, grads, state)
-        else:
-            self._adam(params, grads, state)
-
-    def _fused(self, params, grads, state) -> None:
-        if self.name == "sgd":
-            torch._fused_sgd_(params, grads, state[0] if state else [], weight_decay=self.wd, momentum=self.momentum,
-                              lr=self.lr, dampening=0.0, nesterov=False, maximize=False, is_first_step=self.t == 1)
-            return
-        steps = [torch.tensor(float(self.t), device=p.device) for p in params]
-        fn = torch._fused_adamw_ if self.name == "adamw" else torch._fused_adam_
-        fn(params, grads, state[0], state[1], [], steps, amsgrad=False, lr=self.lr, beta1=self.betas[0],
-           beta2=self.betas[1], weight_decay=self.wd, eps=self.eps, maximize=False)
-
-    def _sgd(self, params, grads, state) -> None:  # torch.optim.sgd._single_tensor_sgd, dampening 0, no nesterov
-        for i, (p, d) in enumerate(zip(params, grads)):
-            if self.wd != 0:
-                d = d.add(p, alpha=self.wd)
-            if self.momentum != 0:
-                buf = state[0][i]
-                if self.t == 1:
-                    buf.copy_(d)
-                else:
-                    buf.mul_(self.momentum).add_(d)
-                d = buf
-            p.add_(d, alpha=-self.lr)
-
-    def _adam(self, params, grads, state) -> None:  # torch.optim.adam._single_tensor_adam, no amsgrad
-        lr, wd, (b1, b2) = self.lr, self.wd, self.betas
-        step_size = lr / (1 - b1 ** self.t)
-        bc2_sqrt = (1 - b2 ** self.t) ** 0.5
-        for p, d, m, v in zip(params, grads, state[0], state[1]):
-            if wd != 0:
-                if self.name == "adamw":
-                    p.mul_(1 - lr * wd)
-                else:
-                    d = d.add(p, alpha=wd)
-            m.lerp_(d, 1 - b1)
-            v.mul_(b2).addcmul_(d, d, value=1 - b2)
-            p.addcdiv_(m, (v.sqrt() / bc2_sqrt).add_(self.eps), value=-step_size)
