@@ -58,6 +58,19 @@ class LocalExecutor:
         reduce instead of gather; in one process every result keeps its own model either way."""
         jobs = [(client, plan, plan.indices if plan.indices is not None else self.data.indices(client, "train"),
                  derive_seed(self.seed, "train", round, client)) for client, plan in plans]
+        out = self._train_jobs(jobs)
+        self.next_loss_scale(out)
+        return out
+
+    def next_loss_scale(self, results: Sequence[ClientResult]) -> None:
+        """16-mixed: the next clients start from the smallest gradient-scaler scale these ended with (a scale none
+        of them overflowed at), whatever the order or the process that trained them (one scaler carried from client
+        to client would make a client's result depend on the clients trained before it)."""
+        scales = [r.loss_scale for r in results if r.loss_scale is not None]
+        if scales:
+            self.trainer.loss_scale = min(scales)
+
+    def _train_jobs(self, jobs) -> list[ClientResult]:
         if self.vectorized is None:
             return [self._train_one(job) for job in jobs]
         reasons = [self.vectorized.reason(plan) for _, plan, _, _ in jobs]
@@ -189,8 +202,9 @@ class LocalExecutor:
         col = np.arange(width)
         pos = sr.offsets[clients][:, None] + np.minimum(col, sizes[:, None] - 1)  # padding repeats a real row
         idx = torch.from_numpy(sr.rows[pos]).to(dev)
-        valid = torch.from_numpy((col < sizes[:, None]).reshape(-1)).to(dev)
-        loss, hit = scorer.score(stacked, idx)
+        real = torch.from_numpy(col < sizes[:, None]).to(dev)
+        valid = real.reshape(-1)
+        loss, hit = scorer.score(stacked, idx, None if bool(real.all()) else real)
         owner = torch.arange(len(clients), device=dev).repeat_interleave(width)[valid]
         labels = self.trainer.y.index_select(0, idx.reshape(-1))[valid]
         return columns_from_rows(clients, sizes, owner, loss.reshape(-1)[valid], hit.reshape(-1)[valid], labels,

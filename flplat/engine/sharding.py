@@ -59,7 +59,7 @@ class ShardedExecutor(LocalExecutor):
         sizes = [len(p.indices) if p.indices is not None else len(self.data.indices(c, "train")) for c, p in plans]
         mine = balance(sizes, fab.world_size)[fab.global_rank]
         local = super().train([plans[i] for i in mine], round)
-        meta = [(i, r.client, r.num_samples, r.train_loss, r.num_steps, r.extra, r.extra_bytes_up)
+        meta = [(i, r.client, r.num_samples, r.train_loss, r.num_steps, r.extra, r.extra_bytes_up, r.loss_scale)
                 for i, r in zip(mine, local)]
         metas = self._gather_objects(meta)
         if groups is not None:
@@ -70,8 +70,9 @@ class ShardedExecutor(LocalExecutor):
             pick = {i: gathered[rank][j] for rank, m in enumerate(metas) for j, (i, *_) in enumerate(m)}
         results: list[ClientResult | None] = [None] * len(plans)
         for m in metas:
-            for i, client, n, loss, steps, extra, up in m:
-                results[i] = ClientResult(client, pick[i], n, loss, steps, extra, up)
+            for i, client, n, loss, steps, extra, up, scale in m:
+                results[i] = ClientResult(client, pick[i], n, loss, steps, extra, up, scale)
+        self.next_loss_scale(results)  # every process: the same scale, from every process's clients
         return results
 
     def _gather_weights(self, local: list[ClientResult], width: int) -> list[torch.Tensor]:
