@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import platform
 import sys
@@ -10,9 +12,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_overrides
+from lightning.fabric import Fabric
+from lightning.fabric.plugins.precision import MixedPrecision
 
 from flplat.algorithms.base import ClientPlan, LocalHook
 from flplat.algorithms.fedprox import ProximalTerm
+from flplat.engine.client import ClientTrainer
+from flplat.engine.optim import FunctionalOptimizer
 from flplat.engine.orchestrator import LocalExecutor
 from flplat.engine.vectorized import VectorizedTrainer
 from flplat.errors import ConfigError
@@ -274,3 +280,65 @@ def test_keep_mib_lets_the_allocator_keep_freed_memory(monkeypatch):
     assert calls == [(memory.M_MMAP_THRESHOLD, 32 << 20), (memory.M_TRIM_THRESHOLD, 64 << 20)]
     VectorizedTrainer(p.trainer, keep_mib=32)  # already retaining more: nothing to change
     assert len(calls) == 2
+
+
+# ---- 16-mixed: the gradient scaler per client ---------------------------------------------------------------------
+
+class _ScaledFloat32(MixedPrecision):
+    """``16-mixed``'s gradient scaling (Fabric's own plugin and scaler) without its float16 autocast: on CPU
+    ``vmap``'s matmuls escape autocast, so only in float32 do the two paths compute the same numbers -- and overflow
+    at the same steps, which a scale near float32's range provokes."""
+
+    def forward_context(self):
+        return contextlib.nullcontext()
+
+    def convert_input(self, data):
+        return data
+
+
+def _scaled_trainer(p, **scaler) -> ClientTrainer:
+    """A trainer whose gradients overflow float32 at scales near 2^127 (inputs × 30: losses and gradients of tens),
+    some steps of some clients more than others."""
+    plugin = _ScaledFloat32("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", **scaler))
+    f = p.cfg.federation
+    return ClientTrainer(Fabric(accelerator="cpu", devices=1, plugins=[plugin]), copy.deepcopy(p.trainer.net),
+                         p.data.x * 30, p.data.y, f.optimizer, f.batch_size, f.local_epochs)
+
+
+@pytest.mark.parametrize("opt", [{}, {**SGD, "federation.optimizer.lr": 0.002}], ids=["adam", "sgd_momentum"])
+def test_gradient_scaling_matches_the_loop_with_skipped_steps_per_client(opt):
+    """Each client scales its loss by its own scale, skips the steps whose gradients overflow (float32's range
+    here: a scale of 2^124), backs off and grows (every 2 clean steps) as Fabric's GradScaler does in the loop; its
+    Adam step count only counts the steps it took."""
+    p = _prepare(**opt)
+    tr = _scaled_trainer(p, init_scale=2.0 ** 124, growth_interval=2)
+    jobs = _jobs(p)
+    vt = VectorizedTrainer(tr)
+    assert vt.model_reason is None and vt.scaler is tr._scaler
+    skipped, step = [], FunctionalOptimizer.step
+    FunctionalOptimizer.step = lambda self, grads, g, skip=None: skipped.append(
+        None if skip is None else skip.tolist()) or step(self, grads, g, skip)
+    try:
+        vec = vt.train(jobs)
+    finally:
+        FunctionalOptimizer.step = step
+    assert any(s and any(s) and not all(s) for s in skipped)  # some clients skip a step that others take
+    loop = [tr.train(*j) for j in jobs]
+    _assert_match(vec, loop)
+    assert [r.loss_scale for r in vec] == [r.loss_scale for r in loop]
+    assert len({r.loss_scale for r in vec}) > 1  # each client ends with its own scale
+
+
+def test_gradient_scaler_state_does_not_carry_from_one_client_to_the_next():
+    """16-mixed in the loop: a client's result does not depend on the clients trained before it (one scaler carried
+    over did), and the executor hands the next call the smallest scale its clients ended with."""
+    p = _prepare()
+    tr = _scaled_trainer(p, init_scale=2.0 ** 124, growth_interval=2)
+    a, b = _jobs(p)[:2]
+    first_b = tr.train(*b)
+    tr.train(*a)
+    second_b = tr.train(*b)
+    assert torch.equal(first_b.weights, second_b.weights) and first_b.loss_scale == second_b.loss_scale
+    ex = LocalExecutor(tr, p.data, seed=0)
+    results = ex.train([(0, ClientPlan(weights=p.init_weights)), (1, ClientPlan(weights=p.init_weights))], round=1)
+    assert tr.loss_scale == min(r.loss_scale for r in results) < 2.0 ** 124
