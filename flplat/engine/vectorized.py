@@ -217,6 +217,7 @@ class VectorizedTrainer:
         index, mask, steps, widths, full = self._schedule(jobs, [si.epochs for si in settings])
         index, mask = index.to(dev), mask.to(dev)
         live = [sum(n > t for n in steps) for t in range(index.shape[0])]  # clients still training: a prefix
+        hooked = [g for g, (_, plan, _, _) in enumerate(jobs) if plan.hooks]
         opt = FunctionalOptimizer(name, [params[i] for i in train_ids], s.lr, momentum, wd, state=state)
         scaler = None if self.scaler is None else StackedGradScaler(self.scaler, tr.loss_scale, G, dev)
         torch.manual_seed(jobs[0][3])  # dropout masks of this group (vmap randomness="different")
@@ -226,7 +227,8 @@ class VectorizedTrainer:
             leaves = [p[:g_t].detach().requires_grad_(i in train_ids) for i, p in enumerate(params)]
             views = [p.permute(u) for p, u in zip(leaves, unperm)]  # (g_t, *parameter shape)
             sel, m = index[t, :g_t, :widths[t]].reshape(-1), mask[t, :g_t, :widths[t]]
-            loss = self._losses(jobs, views, [b[:g_t] for b in stats], sel, m, full[t])
+            loss = self._losses(jobs, [g for g in hooked if g < g_t], views, [b[:g_t] for b in stats], sel, m,
+                                full[t])
             total = loss.sum() if scaler is None else scaler.scale(loss).sum()
             grads = torch.autograd.grad(total, [leaves[i] for i in train_ids])
             skip = None
@@ -237,26 +239,26 @@ class VectorizedTrainer:
             loss_sum[:g_t] += loss.detach().float()
         return self._results(jobs, params, stats, unperm, loss_sum, steps, scaler)
 
-    def _losses(self, jobs: Sequence[Job], views: list[torch.Tensor], stats: list[torch.Tensor], sel: torch.Tensor,
-                m: torch.Tensor, full: bool) -> torch.Tensor:
+    def _losses(self, jobs: Sequence[Job], hooked: list[int], views: list[torch.Tensor], stats: list[torch.Tensor],
+                sel: torch.Tensor, m: torch.Tensor, full: bool) -> torch.Tensor:
         """One step's per-client losses ``(g,)`` on the pool rows ``sel`` (``(g, W)`` flattened, real where ``m``):
-        the mean :func:`task_loss` over each client's real samples plus its hooks' functional terms. The batch-norm
-        statistics in ``stats`` are updated in place to the step's."""
-        tr, dev, g = self.trainer, self.trainer.fabric.device, m.shape[0]
+        the mean :func:`task_loss` over each client's real samples plus the functional terms of the hooks of the
+        clients ``hooked``. The batch-norm statistics in ``stats`` are updated in place to the step's."""
+        tr, dev = self.trainer, self.trainer.fabric.device
         # index_select: the same rows as tr.x[sel], several times faster than advanced indexing on CPU
         xb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:])
         with tr.fabric.autocast():
             logits, new = self.forward.with_stats(views + stats, xb, None if full else m)  # (g, W, C)
             per = task_loss(logits.flatten(0, 1), tr.y.index_select(0, sel), reduction="none").view_as(m)
             loss = (per * m).sum(1) / m.sum(1)
-            hooked = [k for k, (_, plan, _, _) in enumerate(jobs[:g]) if plan.hooks]
             if hooked:
                 extra = torch.stack([self._hook_loss(jobs[k][1].hooks, [p[k] for p in views]) for k in hooked])
                 loss = loss.index_add(0, torch.tensor(hooked, device=dev), extra.to(loss.dtype))
-        with torch.no_grad():
-            for name, b in zip(self.buffer_names, stats):
-                if name in new:
-                    b.copy_(new[name])
+        if new:
+            with torch.no_grad():
+                for name, b in zip(self.buffer_names, stats):
+                    if name in new:
+                        b.copy_(new[name])
         return loss
 
     def _results(self, jobs, params, stats, unperm, loss_sum, steps, scaler) -> list[ClientResult]:

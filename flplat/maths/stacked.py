@@ -120,6 +120,8 @@ class StackedForward:
         self._masked = vmap(self._one, in_dims=(0, x_dim, 0), randomness=randomness)
 
     def _one(self, tensors, x, mask):
+        if not self.norms:
+            return functional_call(self.net, dict(zip(self.names, tensors)), (x,)), []
         stash: dict[str, torch.Tensor] = {}
         with _masked_norms(self.norms, stash, mask):
             out = functional_call(self.net, dict(zip(self.names, tensors)), (x,))
