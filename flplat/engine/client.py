@@ -98,15 +98,15 @@ class LocalSettings:
     optimizer: tuple[str, float, float]  # (name, momentum, weight decay)
 
 
-def resolve_plan(plan: ClientPlan, opt_cfg, local_epochs: int) -> LocalSettings:
+def resolve_plan(plan: ClientPlan, defaults: LocalSettings) -> LocalSettings:
     """The one resolution of a plan's defaults, for both trainers: ``plan.lr`` / ``plan.epochs`` (None: the
-    federation's ``optimizer.lr`` / ``local_epochs``) and ``plan.optimizer``'s name, momentum and weight decay
-    (each missing key: the federation optimizer's)."""
-    o = plan.optimizer or {}
-    return LocalSettings(plan.trainable, float(plan.lr if plan.lr is not None else opt_cfg.lr),
-                         int(plan.epochs if plan.epochs is not None else local_epochs),
-                         (str(o.get("name", opt_cfg.name)), float(o.get("momentum", opt_cfg.momentum)),
-                          float(o.get("weight_decay", opt_cfg.weight_decay))))
+    federation's ``optimizer.lr`` / ``local_epochs``, in ``defaults``) and ``plan.optimizer``'s name, momentum and
+    weight decay (each missing key: the federation optimizer's)."""
+    o, (name, momentum, wd) = plan.optimizer or {}, defaults.optimizer
+    return LocalSettings(plan.trainable, float(plan.lr) if plan.lr is not None else defaults.lr,
+                         int(plan.epochs) if plan.epochs is not None else defaults.epochs,
+                         (str(o.get("name", name)), float(o.get("momentum", momentum)),
+                          float(o.get("weight_decay", wd))) if o else defaults.optimizer)
 
 
 class ClientTrainer:
@@ -127,6 +127,10 @@ class ClientTrainer:
         self.opt_cfg = optimizer_cfg
         self.batch_size = batch_size
         self.local_epochs = local_epochs
+        # the federation's settings, read once (a plan's None fields fall back to them: resolve_plan)
+        self.defaults = LocalSettings("all", float(optimizer_cfg.lr), int(local_epochs),
+                                      (str(optimizer_cfg.name), float(optimizer_cfg.momentum),
+                                       float(optimizer_cfg.weight_decay)))
         self.eval_batch_size = eval_batch_size
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
         # fp32: Fabric's backward/step wrappers only add per-step overhead -- also under the DDP strategy of sharded
@@ -207,7 +211,7 @@ class ClientTrainer:
         what its hooks' ``finalize`` report)."""
         if plan.trainable not in self._part_params:
             raise ValueError(f"ClientPlan.trainable={plan.trainable!r}; choose all, features or head")
-        settings = resolve_plan(plan, self.opt_cfg, self.local_epochs)
+        settings = resolve_plan(plan, self.defaults)
         if plan.weights is not None:
             self.layout.load(plan.weights)
         self._set_trainable(plan.trainable)

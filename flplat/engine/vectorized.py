@@ -139,7 +139,7 @@ class VectorizedTrainer:
 
     # ---- training ------------------------------------------------------------------------------------
     def _settings(self, plan: ClientPlan) -> LocalSettings:
-        return resolve_plan(plan, self.trainer.opt_cfg, self.trainer.local_epochs)
+        return resolve_plan(plan, self.trainer.defaults)
 
     def _num_steps(self, settings: LocalSettings, indices) -> int:
         return settings.epochs * len(batch_bounds(len(indices), self.trainer.batch_size))

@@ -116,12 +116,15 @@ class StackedForward:
         self.stat_names = [f"{n}.{b}" for n, m in self.norms.items() if m.track_running_stats
                            for b in ("running_mean", "running_var")]
         x_dim = None if shared_input else 0
+        # without batch norm: the bare call (no mask to carry, one output: the least vmap work per call)
+        self._bare = vmap(self._call, in_dims=(0, x_dim), randomness=randomness)
         self._plain = vmap(self._one, in_dims=(0, x_dim, None), randomness=randomness)
         self._masked = vmap(self._one, in_dims=(0, x_dim, 0), randomness=randomness)
 
+    def _call(self, tensors, x):
+        return functional_call(self.net, dict(zip(self.names, tensors)), (x,))
+
     def _one(self, tensors, x, mask):
-        if not self.norms:
-            return functional_call(self.net, dict(zip(self.names, tensors)), (x,)), []
         stash: dict[str, torch.Tensor] = {}
         with _masked_norms(self.norms, stash, mask):
             out = functional_call(self.net, dict(zip(self.names, tensors)), (x,))
@@ -129,6 +132,8 @@ class StackedForward:
 
     def with_stats(self, tensors: Sequence[torch.Tensor], x: torch.Tensor, mask: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if not self.norms:
+            return self._bare(tensors, x), {}
         fn = self._plain if mask is None else self._masked
         out, stats = fn(list(tensors), x, mask)
         names = self.stat_names if self.net.training and stats else []
