@@ -245,7 +245,8 @@ def run_side(side: str, args, argv: list[str], tmp: Path) -> dict:
     if side.startswith("ref"):
         r = json.loads(out.read_text())
     else:
-        r = {"round_s": [float(line.rsplit("time=", 1)[1].rstrip("s")) for line in stderr.splitlines()
+        # "[round t/T] ... time=0.15s left=0" (flplat/experiment.py's progress line)
+        r = {"round_s": [float(line.rsplit("time=", 1)[1].split("s", 1)[0]) for line in stderr.splitlines()
                          if line.startswith("[round ")], "acc": float(stdout.split("global_accuracy=")[1].split()[0])}
     r["wall"], r["rss_gb"] = wall, (ru.ru_maxrss / 1e6 if ru else float("nan"))
     r["steady"] = statistics.mean(r["round_s"][1:]) if len(r["round_s"]) > 1 else r["round_s"][0]
@@ -282,13 +283,13 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--baseline", default=None, metavar="DIR",
+                    help="another checkout: its flplat sides run too, as <side>@base (before/after ratios)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads of the 1-process sides (0: torch's default, one per core)")
     ap.add_argument("--sides", default="ref1,flplat1,ref2,flplat2,flplatvec")
     ap.add_argument("--timeout", type=int, default=900, help="seconds before a side's run is stopped")
     ap.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"))
-    ap.add_argument("--baseline", default=None, metavar="DIR",
-                    help="another checkout: its flplat sides run too, as <side>@base (before/after ratios)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--procs", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--plan", default=None, help=argparse.SUPPRESS)

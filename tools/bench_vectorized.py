@@ -14,12 +14,12 @@ so this machine's speed drift hits both alike; the verdict is the median of the 
 
 A paper's setting: ``--config`` starts from a config file (its data, partition, model and training; FedAvg, CPU,
 32-bit, tracking off), ``--set KEY=VALUE`` changes keys of it, and ``--images C,H,W --samples N`` replaces its data
-by N random images of that shape in 10 classes (an ``npz`` file written to a temporary folder: timing needs the
-shapes, not the pictures):
+by N random images of that shape in ``--classes`` classes (an ``npz`` file written to a temporary folder: timing
+needs the shapes, not the pictures):
 
     python tools/bench_vectorized.py --config configs/flux/table1/mnist_label_l4.yaml --rounds 1   # LeNet-5, Flux MNIST
-    python tools/bench_vectorized.py --config configs/flux/table1/cifar10_label_l4.yaml --images 3,32,32 \
-        --samples 2000 --set partition.name=iid --set partition.num_unseen_clients=0 --rounds 1     # ResNet-9
+    python tools/bench_vectorized.py --config configs/flux/table1/cifar100_label_l4.yaml --images 3,32,32 \
+        --classes 100 --samples 2140 --set partition.name=iid --set partition.num_unseen_clients=0 --rounds 1  # ResNet9
 """
 
 from __future__ import annotations
@@ -101,21 +101,23 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
     ap.add_argument("--images", default=None, metavar="C,H,W", help="random images of this shape as the data")
     ap.add_argument("--samples", type=int, default=2000, help="with --images: how many")
+    ap.add_argument("--classes", type=int, default=10, help="with --images: how many classes")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         return run_bench(args, load_config(args.config, overrides(args, tmp)))
 
 
-def random_images(shape: str, n: int, path: Path, seed: int) -> list[str]:
-    """An npz of ``n`` random images of ``shape`` (uint8, 10 balanced classes) and the overrides that load it."""
+def random_images(shape: str, n: int, classes: int, path: Path, seed: int) -> list[str]:
+    """An npz of ``n`` random images of ``shape`` (uint8, balanced classes) and the overrides that load it."""
     rng = np.random.default_rng(seed)
     x = rng.integers(0, 256, size=(n, *(int(d) for d in shape.split(","))), dtype=np.uint8)
-    np.savez(path, x=x, y=np.arange(n) % 10)
+    np.savez(path, x=x, y=np.arange(n) % classes)
     return ["data.name=npz", f"data.path={path}"]
 
 
 def overrides(args, tmp: str) -> list[str]:
-    data = random_images(args.images, args.samples, Path(tmp) / "images.npz", args.seed) if args.images else []
+    data = random_images(args.images, args.samples, args.classes, Path(tmp) / "images.npz", args.seed) \
+        if args.images else []
     common = [f"seed={args.seed}", "algorithm.name=fedavg", "fabric.accelerator=cpu", "fabric.precision=32-true",
               f"fabric.num_threads={args.threads}", "tracking.enabled=false"]
     if args.config:
