@@ -262,6 +262,8 @@ class VectorizedTrainer:
         return loss
 
     def _results(self, jobs, params, stats, unperm, loss_sum, steps, scaler) -> list[ClientResult]:
+        """Each client's result: its flat weights (parameters and batch-norm statistics, rows of one ``(G, P)``
+        tensor), mean training loss, steps and (16-mixed) final gradient scale."""
         G, tr = len(jobs), self.trainer
         final = torch.empty(G, tr.layout.size, device=tr.fabric.device)  # (G, P): one row per client, returned as views
         for (a, b, shape), p, u in zip(self.slots, params, unperm):
