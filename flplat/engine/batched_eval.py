@@ -19,8 +19,9 @@ Which clients share a model is read from the strategy's structure, never guessed
 **Personal models** (strategies that override ``eval_weights``: Ditto, FedRep, APFL, pFedMe, DA-PFL, Local, ...):
 :meth:`LocalExecutor.evaluate_columns` reads each client's model from the strategy as before and scores them in
 groups with :class:`StackedScorer`: a group's models stacked ``(G, P)`` (into one reused buffer), its clients'
-rows padded to the group's largest client ``(G, W)``, one ``torch.func`` ``vmap`` of ``functional_call`` of the
-shared network (as :mod:`flplat.engine.vectorized` trains), padded rows masked out of the sums. Clients are
+rows padded to the group's largest client ``(G, W)``, one stacked forward of the shared network
+(:class:`~flplat.maths.stacked.StackedForward`: ``vmap`` over ``functional_call``, what :mod:`flplat.engine.vectorized`
+trains with), padded rows masked out of the sums. Clients are
 visited in order of their number of rows, so a group's clients have similar sizes, in windows of at most
 ``federation.eval_group_size`` models held at once (0: as many as fit :data:`STACK_BYTES` = 128 MiB of float32
 weights, so 10,000 personal models are never held together; the window's models and the stacking buffer are
