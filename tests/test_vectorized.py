@@ -314,7 +314,7 @@ def test_gradient_scaling_matches_the_loop_with_skipped_steps_per_client(opt):
     tr = _scaled_trainer(p, init_scale=2.0 ** 124, growth_interval=2)
     jobs = _jobs(p)
     vt = VectorizedTrainer(tr)
-    assert vt.model_reason is None and vt.scaler is tr._scaler
+    assert vt.model_reason is None and vt.scaler is tr.scaler
     skipped, step = [], FunctionalOptimizer.step
     FunctionalOptimizer.step = lambda self, grads, g, skip=None: skipped.append(
         None if skip is None else skip.tolist()) or step(self, grads, g, skip)

@@ -140,9 +140,9 @@ class ClientTrainer:
         # growth tracker, as it starts with fresh optimizer state; the executor sets ``loss_scale`` after each
         # train call to the smallest scale its clients ended with (see flplat/engine/executor.py)
         scaler = getattr(fabric.strategy.precision, "scaler", None)
-        self._scaler = scaler if scaler is not None and scaler.is_enabled() else None
-        self._scaler_init = self._scaler.state_dict() if self._scaler is not None else None
-        self.loss_scale = float(self._scaler_init["scale"]) if self._scaler is not None else None
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
+        self._scaler_init = self.scaler.state_dict() if self.scaler is not None else None
+        self.loss_scale = float(self._scaler_init["scale"]) if self.scaler is not None else None
         self._part_params = {
             "all": self.params,
             "features": list(net.features.parameters()) if hasattr(net, "features") else self.params,
@@ -202,7 +202,7 @@ class ClientTrainer:
                 loss_sum, steps = loss_sum + more, steps + n_steps
                 extra.update(more_extra)
         mean_loss = (loss_sum / max(steps, 1)).item()
-        scale = float(self._scaler.get_scale()) if self._scaler is not None else None
+        scale = float(self.scaler.get_scale()) if self.scaler is not None else None
         return ClientResult(client=client, weights=self.layout.flatten(), num_samples=len(indices),
                             train_loss=mean_loss, num_steps=steps, extra=extra, loss_scale=scale)
 
@@ -216,8 +216,8 @@ class ClientTrainer:
             self.layout.load(plan.weights)
         self._set_trainable(plan.trainable)
         opt = self._optimizer(settings)
-        if self._scaler is not None:
-            self._scaler.load_state_dict({**self._scaler_init, "scale": self.loss_scale, "_growth_tracker": 0})
+        if self.scaler is not None:
+            self.scaler.load_state_dict({**self._scaler_init, "scale": self.loss_scale, "_growth_tracker": 0})
         self.hook_ctx.lr = settings.lr
         module, fabric = self.module, self.fabric
         module.hooks = plan.hooks

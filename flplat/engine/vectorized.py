@@ -104,7 +104,7 @@ class VectorizedTrainer:
                       for k, v in trainer._part_params.items()}
         self.orders = [tuple(range(p.dim() + 1)) for p in trainer.params]  # memory order of the stacked tensors
         self.forward = StackedForward(net, self.names + self.buffer_names, randomness="different")
-        self.scaler = getattr(trainer.fabric.strategy.precision, "scaler", None)  # 16-mixed: Fabric's GradScaler
+        self.scaler = trainer.scaler  # 16-mixed: Fabric's GradScaler (None: no loss scaling)
         self.model_reason = self._model_reason()
 
     # ---- what can run vectorised ---------------------------------------------------------------------
