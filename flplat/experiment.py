@@ -25,8 +25,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flplat.algorithms import ALGORITHMS
-from flplat.config import dotlist, parse_config, validate
+from flplat.config import validate
 from flplat.config_io import config_key, flatten, loggable, loggable_yaml
+from flplat.config_load import dotlist, parse_config
 from flplat.configure import load_config, registries  # noqa: F401  (load_config: re-exported)
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
@@ -359,8 +360,10 @@ def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictC
         raise ConfigError(f"--resume={run_id!r}: no checkpoint {path}; allowed: the id of an unfinished run "
                           f"with tracking.checkpoint_every > 0 (set tracking.store_dir / checkpoint_dir to its store)")
     data = checkpoint.load(path)
-    base = OmegaConf.create(data["meta"]["config_yaml"])
+    from flplat.data.legacy import upgrade_config
     from flplat.plugins import load_plugins
+
+    base = OmegaConf.create(upgrade_config(OmegaConf.create(data["meta"]["config_yaml"])))  # an older run's too
 
     load_plugins(base.get("plugins"))  # the run's own plugins (its config recorded them)
     cfg = validate(OmegaConf.merge(parse_config(None, ()), base,

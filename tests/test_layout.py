@@ -16,7 +16,8 @@ PKG = REPO / "flplat"
 # Bottom to top. A module may import modules of its own layer or of a lower one, never of a higher one.
 LAYERS = [
     ("flplat.errors",),                       # the input error and one-line checks: imports nothing of flplat
-    ("flplat.config", "flplat.config_io"),    # structured configs (registries are handed in); config text, hash
+    ("flplat.config", "flplat.config_io", "flplat.config_load"),  # the run frame (registries are handed in); config
+    #                                           text and hash; parsing text into a config
     ("flplat.protocol",),                     # the strategy protocol (flat state, ServerState, Strategy, ClientPlan,
     #                                           LocalHook, ...), derive_seed, registries' bookkeeping
     ("flplat.maths", "flplat.metrics"),       # pure maths of the methods; evaluation and non-IID metrics
@@ -148,6 +149,7 @@ def test_errors_module_imports_nothing_of_flplat():
     graph = import_graph(_modules())
     assert graph["flplat.errors"] == set()
     assert graph["flplat.config"] <= {"flplat.errors"}
+    assert graph["flplat.config_load"] <= {"flplat.errors", "flplat.config"}
 
 
 def test_engine_and_algorithms_meet_only_in_the_protocol():
@@ -171,6 +173,6 @@ def test_top_level_is_the_design_cards():
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
     top = {line.split("/", 1)[0] for line in tracked.splitlines() if line}
-    allowed = {"pyproject.toml", "README.md", "flplat", "configs", "tests", "mlruns", "tools", "docs", ".ci",
-               ".gitignore"}
+    allowed = {"pyproject.toml", "README.md", "CHANGELOG.md", "flplat", "configs", "tests", "mlruns", "tools", "docs",
+               ".ci", ".gitignore"}
     assert top <= allowed, f"unexpected top-level entries: {sorted(top - allowed)}"

@@ -76,8 +76,8 @@ CHECK_OVERRIDES: dict[str, dict[str, Any]] = {
 def tiny_overrides(**extra) -> list[str]:
     """A synthetic federation that trains in well under a second per round (``extra``: more dotted keys)."""
     base = {
-        "data.name": "synthetic", "data.synthetic_samples": 600, "data.synthetic_features": 12,
-        "data.synthetic_classes": 4, "partition.name": "dirichlet", "partition.alpha": 0.5,
+        "data.name": "synthetic", "data.samples": 600, "data.features": 12,
+        "data.classes": 4, "partition.name": "dirichlet", "partition.alpha": 0.5,
         "partition.num_clients": 6, "partition.min_samples": 10, "model.name": "mlp", "model.hidden": "[16]",
         "federation.rounds": 2, "federation.client_fraction": 0.5, "federation.local_epochs": 1,
         "federation.batch_size": 16, "tracking.enabled": "false",
