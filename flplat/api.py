@@ -45,9 +45,9 @@ keys the old shared PartitionConfig held), works for one more minor version with
 
 **What is stable.** The names in ``__all__`` below, the signatures above, the ``Strategy`` methods and the fields
 of ``ClientPlan`` / ``ClientResult`` / ``EvalResult`` / ``ServerState`` / ``FederationInfo`` / ``Dataset`` /
-``Partition`` keep working across minor versions: fields and methods may be added (with defaults that keep old behaviour), none is
-removed or changes meaning without a major version. Everything else (``flplat.engine``, ``flplat.maths``, the
-CLI's internals, module paths other than this one) may change; import from here.
+``Partition`` keep working across minor versions: fields and methods may be added (with defaults that keep old
+behaviour), none is removed or changes meaning without a major version. Everything else (``flplat.engine``,
+``flplat.maths``, the CLI's internals, module paths other than this one) may change; import from here.
 """
 
 from __future__ import annotations

@@ -178,8 +178,8 @@ class ExperimentConfig:
     partition: Any = field(default_factory=lambda: {"name": PartitionConfig.name})
     model: Any = field(default_factory=lambda: {"name": "mlp"})
     algorithm: Any = field(default_factory=lambda: {"name": "fedavg"})
-    # per-entry defaults a comparison's config carries, e.g. algorithm_defaults: {ifca: {num_clusters: 0}}: applied
-    # when <section>.name is that entry, under the keys the section sets itself (see apply_defaults)
+    # per-entry defaults a comparison's config carries, {entry name: {key: value}}: applied when <section>.name is
+    # that entry, under the keys the section sets itself (see apply_defaults)
     algorithm_defaults: Any = field(default_factory=dict)
     data_defaults: Any = field(default_factory=dict)
     partition_defaults: Any = field(default_factory=dict)
@@ -404,9 +404,9 @@ def _check_run_settings(cfg: DictConfig) -> None:
 
 def apply_defaults(defaults: Any, values: Any, registry: dict, section: str = "algorithm") -> dict:
     """The section with ``<section>_defaults[<section>.name]`` filled in under its own keys: one config file (or one
-    list of overrides) serves every entry of a comparison -- Flux's grid gives IFCA, FeSEM, FedEM and FedRC the true
-    M; a smoke scale gives only its Dirichlet cells ``partition_defaults.dirichlet.min_samples`` -- while an explicit
-    ``<section>.KEY`` still wins."""
+    list of overrides) serves every entry of a comparison -- a paper's grid gives some of its methods the true number
+    of clusters, a smaller scale sets a key of one of its partitions only -- while an explicit ``<section>.KEY``
+    still wins."""
     per = OmegaConf.to_container(defaults) if isinstance(defaults, DictConfig) else dict(defaults or {})
     own = OmegaConf.to_container(values) if isinstance(values, DictConfig) else dict(values or {})
     for name, keys in per.items():

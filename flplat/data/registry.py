@@ -139,12 +139,12 @@ def register_partition(name: str, Config: type | None = None, *, takes: str = "d
     (deprecated; module docstring)."""
     if takes not in ("dataset", "labels"):
         raise TypeError(f"partition {name!r}: takes={takes!r}; allowed: 'dataset', 'labels'")
+    config = _checked_config("partition", name, Config or NoConfig, PartitionConfig)
 
     def deco(fn: Callable) -> Callable:
         if Config is None and takes == "dataset" and _first_parameter(fn) != "dataset":
             spec = _legacy_spec(name, fn)
         else:
-            config = _checked_config("partition", name, Config or NoConfig, PartitionConfig)
             build = label_protocol(fn) if takes == "labels" else fn
             spec = PartitionSpec(name, config, build, plants, multilabel, fn if takes == "labels" else None)
         add("partition", PARTITIONS, name, spec, getattr(fn, "__module__", None))
