@@ -71,8 +71,8 @@ data:
   name: {dataset}
 partition:
   name: shift
-  shift_type: {shift}
-  shift_level: {level}
+  type: {shift}
+  level: {level}
   num_clients: 10
   num_unseen_clients: 10
   samples_per_client: 0
@@ -97,8 +97,8 @@ data:
   name: mnist
 partition:
   name: shift
-  shift_type: feature
-  shift_level: 3
+  type: feature
+  level: 3
   num_clients: 1200
   num_unseen_clients: 100
   samples_per_client: 0
@@ -144,9 +144,9 @@ data:
   name: {dataset}
 partition:
   name: metadata
-  meta_columns: [{columns}]
-  meta_bins: {bins}
-  meta_assign: {assign}
+  columns: [{columns}]
+  bins: {bins}
+  assign: {assign}
   num_clients: 20
   num_unseen_clients: 20
   samples_per_client: 0
