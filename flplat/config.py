@@ -1,4 +1,4 @@
-"""The run frame: the structured experiment configuration (OmegaConf), how it is parsed, and its validation.
+"""The run frame: the structured experiment configuration (OmegaConf) and its validation.
 
 An experiment config is an :class:`ExperimentConfig`. Its four component sections are namespaced by name, one
 contract for every registry: ``data`` (:data:`flplat.data.registry.DATASETS`), ``partition``
@@ -21,27 +21,25 @@ Value checks of an entry's keys live with the entry (a ``check()`` method of its
 models and algorithms); this module checks the frame's own sections.
 
 This module sits below data, models and algorithms and imports none of them: it names no dataset, partition, model
-or method. The registries to check against come in as :class:`Registries`, handed in by the one validation entry
-point :func:`flplat.configure.load_config`; parsing text into a config (and setting switched keys aside) is
-:mod:`flplat.config_load`.
+or method beyond each section's default entry (what runs when a section names none). The registries to check against
+come in as :class:`Registries`, handed in by the one validation entry point :func:`flplat.configure.load_config`;
+checking one section against its entry is :mod:`flplat.config_sections`, parsing text into a config (and setting
+switched keys aside) :mod:`flplat.config_load`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
-from flplat.errors import ConfigError, check_choice, check_range, first_line
+from flplat.config_sections import field_names, namespaced_section, owners, structured_schema, with_common
+from flplat.errors import ConfigError, check_choice, check_range
 
-__all__ = ["ConfigError", "DataConfig", "ExperimentConfig", "PartitionConfig", "Registries", "namespaced_section",
-           "validate", "with_common"]
+__all__ = ["ConfigError", "DataConfig", "ExperimentConfig", "PartitionConfig", "Registries", "field_names",
+           "namespaced_section", "owners", "structured_schema", "validate", "with_common"]
 
 
 @dataclass
@@ -57,6 +55,12 @@ class DataConfig:
     max_train_samples: int = 0  # > 0: keep a random subset of this many training-pool samples (CPU-sized runs)
     max_test_samples: int = 0  # > 0: the same for the official (global) test set
 
+    @staticmethod
+    def check_shared(d: Any) -> None:
+        check_range(d.max_train_samples >= 0, "data.max_train_samples", d.max_train_samples,
+                    "an integer >= 0 (0: all)")
+        check_range(d.max_test_samples >= 0, "data.max_test_samples", d.max_test_samples, "an integer >= 0 (0: all)")
+
 
 @dataclass
 class PartitionConfig:
@@ -69,6 +73,16 @@ class PartitionConfig:
     train_fraction: float = 0.8
     val_fraction: float = 0.0
     test_fraction: float = 0.2
+
+    @staticmethod
+    def check_shared(p: Any) -> None:
+        check_range(p.num_clients >= 1, "partition.num_clients", p.num_clients, "an integer >= 1")
+        for k in ("train_fraction", "val_fraction", "test_fraction"):
+            check_range(0.0 <= getattr(p, k) <= 1.0, f"partition.{k}", getattr(p, k), "a number in [0, 1]")
+        total = p.train_fraction + p.val_fraction + p.test_fraction
+        check_range(abs(total - 1.0) < 1e-6, "partition.train_fraction+val_fraction+test_fraction", round(total, 6),
+                    "fractions summing to 1")
+        check_range(p.train_fraction > 0, "partition.train_fraction", p.train_fraction, "a number in (0, 1]")
 
 
 @dataclass
@@ -203,113 +217,6 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 #: the namespaced sections with keys every entry shares, and the sections an override may switch
 SHARED: dict[str, type] = {"data": DataConfig, "partition": PartitionConfig}
 SWITCHABLE = ("algorithm", "data", "partition")
-
-
-_SCHEMAS: dict[type, DictConfig] = {}
-_COMBINED: dict[tuple[type, type], type] = {}
-
-
-def structured_schema(cls: type) -> DictConfig:
-    """``OmegaConf.structured(cls)``, built once per dataclass (the slowest part of loading a config: a grid plans
-    hundreds). Only ever read: pass it as the first config of ``OmegaConf.merge``, which copies it."""
-    if cls not in _SCHEMAS:
-        _SCHEMAS[cls] = OmegaConf.structured(cls)
-    return _SCHEMAS[cls]
-
-
-def with_common(config: type, common: type) -> type:
-    """The dataclass of a whole ``data`` / ``partition`` section: an entry's ``Config`` (its keys, its methods such
-    as ``check``) extended by the shared keys of ``common`` (:class:`DataConfig`, :class:`PartitionConfig`); what a
-    dataset loader / partition receives as ``cfg``. Built once per pair."""
-    key = (config, common)
-    if key not in _COMBINED:
-        hints = typing.get_type_hints(common)
-        extra = [(f.name, hints[f.name], same_default(f)) for f in dataclasses.fields(common)]
-        frozen = dataclasses.is_dataclass(config) and config.__dataclass_params__.frozen
-        _COMBINED[key] = dataclasses.make_dataclass(f"{config.__name__}With{common.__name__}", extra,
-                                                    bases=(config,), frozen=frozen)
-        _COMBINED[key].__module__ = config.__module__
-    return _COMBINED[key]
-
-
-def same_default(f: dataclasses.Field) -> Any:
-    """A new ``field()`` with ``f``'s default (or default factory)."""
-    if f.default is not dataclasses.MISSING:
-        return field(default=f.default)
-    return field(default_factory=f.default_factory)
-
-
-def field_names(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
-
-
-def owners(registry: dict, key: str) -> list[str]:
-    """The registered entries whose Config defines ``key``."""
-    return sorted(n for n, e in registry.items() if key in field_names(e.Config))
-
-
-def namespaced_section(section: str, registry: dict, raw: Any, common: type | None = None,
-                       what: str | None = None) -> DictConfig:
-    """Validate a ``{name: ..., **params}`` section against the registered entry's Config dataclass (with the
-    shared keys of ``common`` for ``data`` / ``partition``); the full section, defaults filled in."""
-    raw = OmegaConf.to_container(raw) if isinstance(raw, DictConfig) else dict(raw or {})
-    name = raw.get("name")
-    if name not in registry:
-        raise ConfigError(f"{section}.name={name!r} is not valid; choose one of: {', '.join(sorted(registry))}")
-    entry = registry[name]
-    schema_cls = with_common(entry.Config, common) if common else entry.Config
-    shared = field_names(common) if common else ["name"]
-    own = [k for k in field_names(entry.Config) if k not in shared]
-    params = {k: v for k, v in raw.items() if k != "name"}
-    unknown = sorted(set(params) - set(shared) - set(own))
-    if unknown:
-        raise _unknown_key(section, registry, name, unknown[0], shared + own if common else None, what)
-    try:
-        merged = OmegaConf.merge(structured_schema(schema_cls), params)
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"{section}.{getattr(e, 'full_key', '') or ''}: {first_line(e)}") from None
-    values = OmegaConf.to_container(merged)
-    out = OmegaConf.create({"name": name, **{k: values[k] for k in (shared + own) if k != "name"}})
-    if common is not None:
-        obj = OmegaConf.to_object(merged)
-        COMMON_CHECKS[common](obj)
-        if hasattr(obj, "check"):
-            obj.check()
-    check = getattr(entry, "validate_config", None)
-    if check is not None:
-        check(merged, section)
-    return out
-
-
-def _unknown_key(section: str, registry: dict, name: str, key: str, valid: list[str] | None,
-                 what: str | None) -> ConfigError:
-    """The one-line error for a key the chosen entry lacks: the valid keys, and (``data`` / ``partition``) the
-    entries that do define it."""
-    if valid is None:  # model, algorithm: as before
-        known = ", ".join(field_names(registry[name].Config)) or "(none)"
-        return ConfigError(f"unknown key {section}.{key} for {section} {name!r}; valid keys: name, {known}")
-    whose = [o for o in owners(registry, key) if o != name]
-    owned = f" (a key of {', '.join(whose)})" if whose else ""
-    return ConfigError(f"unknown key {section}.{key} for {what or section} {name!r}{owned}; valid keys: "
-                       f"{', '.join(valid)}")
-
-
-def _check_data(d: Any) -> None:
-    check_range(d.max_train_samples >= 0, "data.max_train_samples", d.max_train_samples, "an integer >= 0 (0: all)")
-    check_range(d.max_test_samples >= 0, "data.max_test_samples", d.max_test_samples, "an integer >= 0 (0: all)")
-
-
-def _check_partition(p: Any) -> None:
-    check_range(p.num_clients >= 1, "partition.num_clients", p.num_clients, "an integer >= 1")
-    for k in ("train_fraction", "val_fraction", "test_fraction"):
-        check_range(0.0 <= getattr(p, k) <= 1.0, f"partition.{k}", getattr(p, k), "a number in [0, 1]")
-    total = p.train_fraction + p.val_fraction + p.test_fraction
-    check_range(abs(total - 1.0) < 1e-6, "partition.train_fraction+val_fraction+test_fraction", round(total, 6),
-                "fractions summing to 1")
-    check_range(p.train_fraction > 0, "partition.train_fraction", p.train_fraction, "a number in (0, 1]")
-
-
-COMMON_CHECKS: dict[type, Callable[[Any], None]] = {DataConfig: _check_data, PartitionConfig: _check_partition}
 
 
 @dataclass(frozen=True)

@@ -316,4 +316,4 @@ def test_config_py_is_the_run_frame_only():
     assert strings & names == {"digits", "dirichlet", "mlp", "fedavg"}
     words = {w.strip("`'\".,:;()[]{}") for w in source.replace("_", " ").split()}
     assert not words & (names - {"digits", "dirichlet", "mlp", "fedavg", "iid", "local"}), words & names
-    assert len(source.splitlines()) <= 420
+    assert len(source.splitlines()) <= 360

@@ -16,8 +16,9 @@ PKG = REPO / "flplat"
 # Bottom to top. A module may import modules of its own layer or of a lower one, never of a higher one.
 LAYERS = [
     ("flplat.errors",),                       # the input error and one-line checks: imports nothing of flplat
-    ("flplat.config", "flplat.config_io", "flplat.config_load"),  # the run frame (registries are handed in); config
-    #                                           text and hash; parsing text into a config
+    ("flplat.config", "flplat.config_io", "flplat.config_load", "flplat.config_sections"),  # the run frame
+    #                                           (registries are handed in); config text and hash; parsing text
+    #                                           into a config; one section checked against its entry's Config
     ("flplat.protocol",),                     # the strategy protocol (flat state, ServerState, Strategy, ClientPlan,
     #                                           LocalHook, ...), derive_seed, registries' bookkeeping
     ("flplat.maths", "flplat.metrics"),       # pure maths of the methods; evaluation and non-IID metrics
@@ -148,8 +149,9 @@ def test_imports_go_only_downwards():
 def test_errors_module_imports_nothing_of_flplat():
     graph = import_graph(_modules())
     assert graph["flplat.errors"] == set()
-    assert graph["flplat.config"] <= {"flplat.errors"}
-    assert graph["flplat.config_load"] <= {"flplat.errors", "flplat.config"}
+    assert graph["flplat.config"] <= {"flplat.errors", "flplat.config_sections"}
+    assert graph["flplat.config_load"] <= {"flplat.errors", "flplat.config", "flplat.config_sections"}
+    assert graph["flplat.config_sections"] <= {"flplat.errors"}
 
 
 def test_engine_and_algorithms_meet_only_in_the_protocol():

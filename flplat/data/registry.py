@@ -61,15 +61,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from flplat.config import (
-    DataConfig,
-    PartitionConfig,
-    field_names,
-    namespaced_section,
-    same_default,
-    structured_schema,
-    with_common,
-)
+from flplat.config import DataConfig, PartitionConfig
+from flplat.config_sections import field_names, namespaced_section, same_default, structured_schema, with_common
 from flplat.data.containers import Dataset, Partition
 from flplat.data.splits import as_labels, run_label_protocol
 from flplat.protocol.registry import BUILTIN, add, origin
