@@ -25,7 +25,8 @@ from flplat.errors import ConfigError, first_line
 __all__ = ["Upgrade", "dotlist", "parse_config"]
 
 #: ``upgrade(layer, names) -> layer``: a layer (a config file or the overrides, as a plain dict) in the current
-#: form; ``names`` maps each switchable section to the entry the layer is read for (see parse_config)
+#: form, the very same dict when it already is; ``names`` maps each switchable section to the entry the layer is
+#: read for (see parse_config)
 Upgrade = Callable[[dict, dict], dict]
 
 
@@ -63,9 +64,13 @@ def _prepare_layers(layers: list[DictConfig], upgrade: Upgrade | None) -> list[D
     file's keys of a switched entry set aside."""
     if upgrade is not None:
         chosen = _chosen_names(layers)
-        layers = [OmegaConf.create(upgrade(OmegaConf.to_container(layer), {
-            s: OmegaConf.select(layer, f"{s}.name", default=None) or chosen[s] for s in SWITCHABLE}))
-            for layer in layers]
+        out = []
+        for layer in layers:
+            plain = OmegaConf.to_container(layer)
+            new = upgrade(plain, {s: OmegaConf.select(layer, f"{s}.name", default=None) or chosen[s]
+                                  for s in SWITCHABLE})
+            out.append(layer if new is plain else OmegaConf.create(new))  # (the current form: kept as it is)
+        layers = out
     if len(layers) == 2:
         for section in SWITCHABLE:
             _set_aside_switched_keys(*layers, section)

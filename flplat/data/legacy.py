@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 import warnings
 from typing import Any
@@ -84,9 +85,10 @@ def deprecated(message: str) -> None:
     log.warning("%s", message)
 
 
-def old_only_keys(section: str) -> set[str]:
+@functools.cache
+def old_only_keys(section: str) -> frozenset[str]:
     """The old keys the current form has under no entry: their presence marks a layer as written in the old form."""
-    return {k for k, where in OLD_KEYS[section].items() if all(new != k for new in where.values())}
+    return frozenset(k for k, where in OLD_KEYS[section].items() if all(new != k for new in where.values()))
 
 
 def _flatten_groups(sec: dict, groups: set[str]) -> dict[str, Any]:
@@ -147,9 +149,9 @@ def _translate(section: str, flat: dict[str, Any], entry: str) -> tuple[dict[str
 
 def upgrade_layer(layer: dict, names: dict[str, str]) -> dict:
     """A config layer (a plain dict) in the current form: each of its ``data`` / ``partition`` sections that holds an
-    old-only key is read in the old form for the entry ``names[section]`` (module docstring). Returns a new dict
-    (``layer`` unchanged)."""
-    out = dict(layer)
+    old-only key is read in the old form for the entry ``names[section]`` (module docstring). Returns ``layer`` itself
+    when it is in the current form, else a new dict (``layer`` unchanged)."""
+    out = layer
     for section in ("data", "partition"):
         sec = layer.get(section)
         if not isinstance(sec, dict):
@@ -159,6 +161,7 @@ def upgrade_layer(layer: dict, names: dict[str, str]) -> dict:
             continue
         load_builtins()
         kept, unused = _translate(section, flat, names.get(section) or SHARED[section].name)
+        out = dict(out) if out is layer else out
         out[section] = kept
         if unused:
             out[f"{section}_unused"] = {**(out.get(f"{section}_unused") or {}), **_nest(unused)}
