@@ -15,6 +15,10 @@ engine calls ``select`` (clients), ``plan`` (one :class:`ClientPlan` per client:
 terms as :class:`LocalHook`), trains the clients and calls ``aggregate`` (the :class:`ClientResult` list ->
 the next :class:`ServerState`); ``eval_weights`` says which model a client uses. Models travel as flat float
 vectors (:class:`ParamLayout`); per-client vectors live in a :class:`ClientStore` (``info.client_store()``).
+A round's ``bytes_down`` / ``bytes_up`` count the part of each plan's and result's vector that travels: a method
+whose clients keep part of the model (FedPer's or FedRep's head) says so with ``local_prefixes = ("head.",)``
+(layout names that never leave the client), or overrides :meth:`Strategy.sent_mask` (one boolean mask over the
+flat layout per direction); anything sent besides the model goes in ``extra_bytes_down`` / ``extra_bytes_up``.
 Randomness comes from the ``numpy`` generator handed in, or seeds made with :func:`derive_seed`; a strategy never
 loads data, picks devices, seeds global RNGs or logs.
 

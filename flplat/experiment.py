@@ -17,7 +17,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +42,7 @@ from flplat.protocol.seeding import derive_seed
 from flplat.protocol.strategy import FederationInfo, Strategy
 
 log = logging.getLogger("flplat")
+PROCESSES_TAG = "flplat.processes"  # on every run: the processes that trained it (fabric.devices x num_nodes)
 
 
 def is_multi_process(fcfg) -> bool:
@@ -71,16 +72,26 @@ def build_fabric(fcfg):
 
         loopback_rendezvous()
         close_process_group_at_exit()
+    from flplat.engine.launch import cluster_environment, fabric_processes
+
+    env = cluster_environment(fcfg)  # a one-task SLURM job is not a world of one (ConfigError: tasks mismatched)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             fabric = Fabric(accelerator=accel, devices=devices, num_nodes=fcfg.num_nodes,
-                            strategy="ddp" if multi else "auto", precision=str(fcfg.precision))
+                            strategy="ddp" if multi else "auto", precision=str(fcfg.precision),
+                            plugins=[env] if env is not None else None)
         except (ValueError, RuntimeError, TypeError) as e:
             msg = str(e).strip().splitlines()[0]
             raise ConfigError(f"fabric.precision={fcfg.precision!r} / fabric.devices={devices!r} not usable on "
                               f"{accel}: {msg}") from None
         fabric.launch()
+    world = fabric_processes(fcfg)
+    if world is not None and fabric.world_size != world:  # never train in fewer processes than the run records
+        raise ConfigError(f"fabric.devices={devices!r} x fabric.num_nodes={fcfg.num_nodes} asks for {world} "
+                          f"processes, but the launcher started {fabric.world_size}; allowed: flplat's own launch "
+                          f"(one command), or a launcher that starts {world} (torchrun --nproc-per-node, srun "
+                          "--ntasks-per-node; docs/scaling.md)")
     threads = fcfg.num_threads or (default_threads(fabric.world_size) if fabric.world_size > 1 else 0)
     if threads > 0:
         torch.set_num_threads(threads)
@@ -153,6 +164,27 @@ def fill_vocab_size(cfg: DictConfig, dataset) -> DictConfig:
     return out
 
 
+REQUESTED_CLIENTS_TAG = "flplat.requested.partition.num_clients"  # the written value, where the partition differs
+
+
+def fill_num_clients(cfg: DictConfig, data: FederatedData) -> DictConfig:
+    """``cfg`` with ``partition.num_clients`` set to the number of clients the partition produced, where that differs
+    from the written value (``natural``: the dataset's own clients decide, after ``partition.min_samples`` /
+    ``max_clients``; a plugin's partition), as a copy. As with :func:`fill_vocab_size`, the returned config
+    is what the run logs (params, ``config.yaml``), so ``partition.num_clients`` shows the real federation; the
+    written value goes to the run's tag ``flplat.requested.partition.num_clients``, and the config hash stays that
+    of the config as written (a re-run of the same command finds its run)."""
+    written, real = int(cfg.partition.num_clients), int(data.num_clients)
+    if written == real:
+        return cfg
+    out = copy.deepcopy(cfg)
+    with open_dict(out):
+        out.partition.num_clients = real
+    log.info("partition.num_clients=%d: the clients partition.name=%s produced (%d written, not used)", real,
+             cfg.partition.name, written)
+    return out
+
+
 def prepare(cfg: DictConfig) -> Prepared:
     """Load data, partition, build model, trainer and strategy. Raises ConfigError on bad input."""
     seed = int(cfg.seed)
@@ -163,6 +195,7 @@ def prepare(cfg: DictConfig) -> Prepared:
     check_multilabel(dataset, cfg.algorithm.name)
     cfg = fill_vocab_size(cfg, dataset)
     data = build_federation(dataset, cfg.partition, derive_seed(seed, "partition"))
+    cfg = fill_num_clients(cfg, data)
     if cfg.partition.test_fraction == 0 and data.x_global_test is None:
         raise ConfigError("partition.test_fraction=0.0 leaves no test data to evaluate on; allowed: a number in (0, 1)")
     torch.manual_seed(derive_seed(seed, "init"))
@@ -262,13 +295,22 @@ class ProgressCallback(Callback):
 
 
 def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True,
-        resume: dict | None = None, tags: dict[str, str] | None = None) -> tuple[RunSummary, str | None]:
+        resume: dict | None = None, tags: dict[str, str] | None = None,
+        decide: Callable[[], tuple[dict | None, dict[str, str] | None]] | None = None) -> tuple[RunSummary, str | None]:
     """Run the experiment; returns the summary and the MLflow run id (None when tracking is off). ``resume``: a
     checkpoint payload (:func:`resume_checkpoint`) to continue in its MLflow run after its round. A new run is
-    tagged with its config hash (``flplat.config_key``: how studies find it again) and ``tags``."""
+    tagged with its config hash (``flplat.config_key``: how studies find it again), ``tags`` and
+    ``flplat.processes`` (the processes that trained it). ``decide``: returns ``(resume, tags)`` once the processes
+    are up, taken by rank 0 alone and followed by every process (:func:`flplat.tracking.resume.agree`; a
+    study's sharded run)."""
     if cfg.tracking.enabled:
         check_tracking(cfg.tracking)  # fail fast, before the data are loaded and before any run exists
     p = prepare(cfg)
+    if decide is not None:
+        from flplat.tracking.resume import agree
+
+        resume, tags = agree(cfg.tracking, decide)
+    tags = {**(tags or {}), PROCESSES_TAG: str(p.trainer.fabric.world_size)}
     cbs = list(callbacks)
     tracker = None
     main = is_main_process()  # with sharded execution only global rank 0 shows progress and tracks
@@ -278,7 +320,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         from flplat.tracking.runs import MlflowCallback
 
         sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
-        # p.cfg: the config with what the data fill in (model.vocab_size); the hash below stays the written one's
+        # p.cfg: the config with what the data fill in (model.vocab_size, partition.num_clients); the hash below
+        # stays the written one's
         tracker = MlflowCallback(cfg.tracking, flatten(loggable(p.cfg)), loggable_yaml(p.cfg), p.partition_metrics,
                                  p.data.label_counts("all"), sizes)
         if resume is not None:
@@ -286,6 +329,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         from flplat.tracking.runs import CONFIG_KEY_TAG
 
         tracker.extra_tags = {CONFIG_KEY_TAG: config_key(cfg), **(tags or {})}
+        if int(p.cfg.partition.num_clients) != int(cfg.partition.num_clients):
+            tracker.extra_tags[REQUESTED_CLIENTS_TAG] = str(cfg.partition.num_clients)
         cbs.insert(0, tracker)
         if int(cfg.tracking.checkpoint_every) > 0:  # before the tracker: a round is saved before it is logged
             from flplat.engine.checkpoint import CheckpointCallback
@@ -380,26 +425,27 @@ def run_or_resume(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress:
     (same metrics as an uninterrupted run); one without a checkpoint is tagged as replaced and a new run starts
     from round 0 (:func:`flplat.tracking.runs.claim_unfinished`; each decision is one line on stderr).
 
-    Sharded runs (several processes) are not looked up: every process would have to take the same decision
-    while the first one already changes the store; they start from round 0 (said in one line)."""
+    A sharded run (several processes) decides once its processes are up: rank 0 alone looks the run up (it
+    changes the store) and the others follow its decision (:func:`flplat.tracking.resume.agree`), reading the
+    same checkpoint."""
     if not cfg.tracking.enabled:
         return run(cfg, callbacks=callbacks, progress=progress)
-    if is_multi_process(cfg.fabric):
-        if is_main_process():
-            print("flplat: a sharded run of a study (several processes) is not resumed from checkpoints; it starts "
-                  "from round 0", file=sys.stderr)
-        return run(cfg, callbacks=callbacks, progress=progress)
-    from flplat.tracking.resume import OWNER_TAG
-    from flplat.tracking.runs import REPLACES_TAG, claim_unfinished
-
     check_tracking(cfg.tracking)
     # set by a scheduler's task (flplat.studies.reproduction.execute: a Ray task's id): a retry after its worker died
     # takes over the run its earlier attempt left RUNNING
     owner = os.environ.get("FLPLAT_RUN_OWNER") or None
-    data, replaced = claim_unfinished(cfg.tracking, config_key(cfg), owner)
-    tags = {OWNER_TAG: owner} if owner else {}
-    if data is not None:
-        return run(cfg, callbacks=callbacks, progress=progress, resume=data, tags=tags or None)
-    if replaced:
-        tags[REPLACES_TAG] = ",".join(replaced)
-    return run(cfg, callbacks=callbacks, progress=progress, tags=tags or None)
+
+    def decide() -> tuple[dict | None, dict[str, str] | None]:
+        from flplat.tracking.resume import OWNER_TAG
+        from flplat.tracking.runs import REPLACES_TAG, claim_unfinished
+
+        data, replaced = claim_unfinished(cfg.tracking, config_key(cfg), owner)
+        tags = {OWNER_TAG: owner} if owner else {}
+        if data is None and replaced:
+            tags[REPLACES_TAG] = ",".join(replaced)
+        return data, tags or None
+
+    if is_multi_process(cfg.fabric):
+        return run(cfg, callbacks=callbacks, progress=progress, decide=decide)
+    data, tags = decide()
+    return run(cfg, callbacks=callbacks, progress=progress, resume=data, tags=tags)

@@ -13,7 +13,9 @@ A plugin is a module whose import registers entries with the decorators of :mod:
    a resumed run: the logged config records the modules of 2 and 3).
 
 :func:`load_plugins` does all three, once per module and process, from the one config entry point
-(:func:`flplat.configure.load_config`), a resumed run's config, ``flplat list`` and the ``--plugin`` flag. The
+(:func:`flplat.configure.load_config`), a resumed run's config, the CLI before every command that takes ``--plugin``,
+and the functions that look a name up before any config is read (``flplat check NAME``'s target,
+``reproduce --add-method NAME``): an installed plugin's name must be registered by then. The
 built-in registries are filled first, so a plugin that registers a name already taken (by a built-in or another
 plugin), or whose import fails, raises :class:`~flplat.errors.ConfigError` with one line naming the module and
 the cause: the CLI prints it and exits 2 before any MLflow run exists. ``plugins`` does not change a run's config
@@ -72,7 +74,7 @@ def add_to_env(modules: Iterable[str]) -> None:
 def _import(module: str, label: str) -> None:
     if module in _LOADED:
         return
-    with loading(label):
+    with loading(label, module):
         try:
             importlib.import_module(module)
         except RegistryClash as e:

@@ -107,6 +107,14 @@ def test_help_everywhere(tmp_path):
         assert res.returncode == 0 and "usage:" in res.stdout
 
 
+def test_python_dash_m_flplat_is_the_command(tmp_path):
+    """``python -m flplat`` is the same command as ``flplat`` (and ``python -m flplat.cli``)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-m", "flplat", "--help"], cwd=tmp_path, capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert res.returncode == 0 and "usage: flplat" in res.stdout
+
+
 def test_partition_stats_json(tmp_path):
     res = _flplat(["partition-stats", "--dataset", "digits", "--partition", "similarity", "--s", "0",
                    "--clients", "10", "--seed", "1", "--json"], cwd=tmp_path)
@@ -176,6 +184,15 @@ def test_exit_now_keeps_what_the_normal_exit_does_but_skips_the_teardown():
     assert p.stdout == "unflushed thread done\natexit ran\n"
     full = _py(EXIT_PROBE, {"FLPLAT_FULL_EXIT": "1"})  # the opt-out: the interpreter's own exit
     assert full.returncode == 3 and full.stdout.endswith("atexit ran\nfinalised\n")
+
+
+def test_exit_now_ends_with_an_idle_thread_pool_nobody_shut_down():
+    """MLflow keeps a ThreadPoolExecutor per artifact repository and never shuts it down; its idle workers are
+    non-daemon threads that end only when the interpreter's thread exit hooks wake them. exit_now runs those hooks
+    before it waits for the threads (joining first waited forever: `flplat evaluate` after its output)."""
+    p = _py("from concurrent.futures import ThreadPoolExecutor\nfrom flplat.cli import exit_now\n"
+            "pool = ThreadPoolExecutor(2)\nprint(pool.submit(sum, [1, 2]).result())\nexit_now(0)")
+    assert p.returncode == 0 and p.stdout == "3\n", p.stderr[-2000:]
 
 
 def test_the_flplat_command_ends_through_exit_now():

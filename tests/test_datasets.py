@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import idx_bytes
 from omegaconf import OmegaConf
 
 from flplat.data import datasets as ds
@@ -25,7 +26,6 @@ from flplat.data.datasets import (
 from flplat.data.registry import data_config
 from flplat.errors import ConfigError
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 TV_CLASSES = {"mnist": "MNIST", "fmnist": "FashionMNIST", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
 
 
@@ -46,25 +46,12 @@ def no_download(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_download: None) -> Path:
-    """Point every documented location at empty directories under tmp_path, so only the test's files exist."""
-    monkeypatch.delenv("FLPLAT_DATA", raising=False)
-    work = tmp_path / "cwd"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    monkeypatch.setattr(dfiles, "REPO_SHARED_DATA", tmp_path / "repo_shared" / "data")
-    monkeypatch.setattr(dfiles, "CACHE_DIR", tmp_path / "cache")
-    monkeypatch.setattr(dfiles, "DEBIAN_FMNIST_DIR", tmp_path / "debian")
-    return tmp_path
+def isolated(isolated: Path, no_download: None) -> Path:
+    """conftest's: every documented location an empty directory under tmp_path; and no download."""
+    return isolated
 
 
 # ------------------------------------------------------------------------------------------------ file writers
-
-
-def _idx_bytes(arr: np.ndarray) -> bytes:
-    codes = {np.dtype(np.uint8): 0x08, np.dtype(np.int32): 0x0C, np.dtype(np.float32): 0x0D}
-    header = bytes([0, 0, codes[arr.dtype], arr.ndim]) + np.asarray(arr.shape, dtype=">u4").tobytes()
-    return header + arr.astype(arr.dtype.newbyteorder(">")).tobytes()
 
 
 def _write(path: Path, data: bytes, gz: bool) -> Path:
@@ -91,7 +78,7 @@ def _write_idx_set(d: Path, gz: bool) -> dict[str, np.ndarray]:
         "t10k-labels-idx1-ubyte": yte,
     }
     for name, arr in arrays.items():
-        _write(d / name, _idx_bytes(arr), gz)
+        _write(d / name, idx_bytes(arr), gz)
     return arrays
 
 
@@ -189,12 +176,12 @@ def test_read_idx(tmp_path: Path, gz: bool) -> None:
     ints = np.array([1, -2, 70000], dtype=np.int32)
     floats = np.array([[0.5, -1.25]], dtype=np.float32)
     for i, arr in enumerate((imgs, ints, floats)):
-        out = read_idx(_write(tmp_path / f"a{i}", _idx_bytes(arr), gz))
+        out = read_idx(_write(tmp_path / f"a{i}", idx_bytes(arr), gz))
         assert out.shape == arr.shape and out.dtype == arr.dtype and np.array_equal(out, arr)
 
 
 def test_read_idx_rejects_bad_files(tmp_path: Path) -> None:
-    good = _idx_bytes(np.zeros((2, 2), dtype=np.uint8))
+    good = idx_bytes(np.zeros((2, 2), dtype=np.uint8))
     bad = {"magic": b"\x01\x02" + good[2:], "type": b"\x00\x00\x07" + good[3:], "size": good[:-1], "empty": b""}
     for name, data in bad.items():
         with pytest.raises(DataFormatError, match=name if name != "size" else "data bytes"):
@@ -267,14 +254,11 @@ def test_download_only_when_absent(isolated: Path, monkeypatch: pytest.MonkeyPat
     assert len(calls) == 1
 
 
-@pytest.mark.parametrize("name", ["mnist", "fmnist"])
-def test_real_idx_data(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_download: None) -> None:
-    raw = SHARED_DATA / TV_CLASSES[name] / "raw"
-    if not raw.is_dir():
-        pytest.skip(f"{raw} not present")
-    monkeypatch.delenv("FLPLAT_DATA", raising=False)
-    monkeypatch.chdir(tmp_path)  # found through the repository-relative ../shared/data
-    d = load_dataset(data_config(name=name), 0)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.real_data(n)) for n in ("mnist", "fmnist")])
+def test_real_idx_data(name: str, tmp_path: Path, no_download: None) -> None:
+    """The official files, wherever the documented lookup finds them (e.g. ``../shared/data`` beside the checkout);
+    skipped without them."""
+    d = load_dataset(data_config(name=name, cache_dir=str(tmp_path / "decoded")), 0)
     assert d.x_train.shape == (60000, 1, 28, 28) and d.x_test.shape == (10000, 1, 28, 28)
     assert d.y_train.dtype == torch.int64 and sorted(d.y_test.unique().tolist()) == list(range(10))
     assert abs(d.x_train.mean().item()) < 0.01 and abs(d.x_train.std().item() - 1.0) < 0.01
@@ -350,7 +334,7 @@ def test_decoded_cache_is_reused_and_keyed_by_file_contents(isolated: Path, monk
     assert torch.equal(again.x_train, _expected(arrays["train-images-idx3-ubyte"][:, None], "fmnist"))
 
     changed = arrays["train-images-idx3-ubyte"][::-1].copy()  # new contents under the same file name
-    _write(root / "train-images-idx3-ubyte", _idx_bytes(changed), gz=True)
+    _write(root / "train-images-idx3-ubyte", idx_bytes(changed), gz=True)
     fresh = load_dataset(cfg, 0)
     assert torch.equal(fresh.x_train, _expected(changed[:, None], "fmnist"))
     assert len(list(cache.iterdir())) == 2

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from flplat.cli import main
 from flplat.errors import ConfigError
@@ -72,6 +73,7 @@ def test_a_cluster_needs_a_shared_store_and_checkpoints(tmp_path, monkeypatch):
     from flplat.studies.reproduction import execute as ex
 
     monkeypatch.setattr(ex, "ray_module", lambda: object())  # no Ray needed to check the paths
+    monkeypatch.setattr(ex.RayBackend, "check_cluster", lambda self: None)  # no cluster needed either
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cluster = ex.RayBackend(address="ray://head:10001")
     with pytest.raises(ConfigError, match=r"tracking.store_dir: the tracking store 'sqlite:///.*' is a local path"):
@@ -84,6 +86,59 @@ def test_a_cluster_needs_a_shared_store_and_checkpoints(tmp_path, monkeypatch):
     cluster.check_shared(TrackingConfig(uri="mysql://db/mlflow", checkpoint_every=0))
     ex.RayBackend().check_shared(TrackingConfig(store_dir=str(tmp_path)))  # a local instance: local paths are fine
     assert ex.is_local_uri("file:///x") and ex.is_local_uri("/x/mlruns") and not ex.is_local_uri("https://h")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_cluster_is_one_line_exit_2_in_seconds_before_any_run(tmp_path, capsys):
+    """``--address`` of a cluster nothing answers at: Ray alone retries for minutes (then a 20-line ConnectionError);
+    here one short probe, one line naming the address and what to try, exit 2, no MLflow store or run."""
+    pytest.importorskip("ray")
+    port = _free_port()
+    store = tmp_path / "store"
+    t0 = time.perf_counter()
+    rc = main(["sweep", str(REPO / "configs/quickstart.yaml"), "--seeds", "0,1", "--backend", "ray", "--address",
+               f"127.0.0.1:{port}", f"tracking.store_dir={store}", "federation.rounds=1"])
+    seconds = time.perf_counter() - t0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith(f"flplat: error: --address=127.0.0.1:{port}: no Ray cluster answers at ")
+    assert "`ray status`" in err[0] and "--address auto" in err[0] and "HEAD_IP:6379" in err[0]
+    assert seconds < 15, seconds
+    assert not (store / "mlflow.db").exists()
+
+
+def test_the_probe_goes_where_ray_dials_and_names_a_loopback_head(monkeypatch):
+    """Ray replaces a loopback host by this machine's IP: a head listening on 127.0.0.1 only is not reached by
+    ``--address 127.0.0.1:PORT``; the error says where Ray dialled and that ``--address auto`` finds that head. A
+    cluster that answers where Ray dials passes."""
+    import socket
+
+    services = pytest.importorskip("ray._private.services")
+    from flplat.studies.reproduction.ray_address import check_cluster, dialled
+
+    with socket.socket() as head:
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        port = head.getsockname()[1]
+        monkeypatch.setattr(services, "get_node_ip_address", lambda *a: "127.0.0.2")  # "this machine's IP"
+        assert dialled(f"127.0.0.1:{port}") == ("127.0.0.2", port)
+        with pytest.raises(ConfigError) as e:
+            check_cluster(f"127.0.0.1:{port}", timeout=2.0)
+        msg = str(e.value)
+        assert f"no Ray cluster answers at 127.0.0.2:{port}" in msg and "Ray dials 127.0.0.2" in msg
+        assert f"something listens on 127.0.0.1:{port} itself" in msg and "--address auto" in msg
+        assert "\n" not in msg
+        monkeypatch.setattr(services, "get_node_ip_address", lambda *a: "127.0.0.1")
+        check_cluster(f"127.0.0.1:{port}", timeout=2.0)  # a head where Ray dials: no error
+    with pytest.raises(ConfigError, match="--address=garbage: not a Ray address; allowed: HOST:PORT"):
+        check_cluster("garbage")
 
 
 def test_a_clusters_optuna_storage_must_be_shared():
@@ -125,11 +180,13 @@ def test_print_jobs_lists_the_unfinished_runs_and_an_array_script(tmp_path, caps
     base = [*SMOKE, "--methods", "FedAvg,DA-PFL", "--store-dir", store, "--set", "federation.rounds=1"]
     assert main([*base, "--print-jobs"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines == [f"flplat reproduce dapfl table3_digits --scale smoke --cells digits_k20_low --methods {m} "
-                     f"--seeds 0 --store-dir {store} --set federation.rounds=1" for m in ("FedAvg", "DA-PFL")]
+    assert [line.split(" -m flplat.cli ", 1)[1] for line in lines] == [
+        f"reproduce dapfl table3_digits --scale smoke --cells digits_k20_low --methods {m} --seeds 0 --store-dir "
+        f"{store} --set federation.rounds=1 tracking.checkpoint_dir={store}/checkpoints" for m in ("FedAvg", "DA-PFL")]
+    assert all(line.startswith(f"cd {os.getcwd()} && env ") for line in lines)  # where and with what (jobs.py)
     assert _children(store) == []  # nothing ran
     # the printed command runs exactly its run, where the grid expects it; then only the other one is printed
-    assert main(lines[0].split()[1:]) == 0
+    assert main(lines[0].split(" -m flplat.cli ", 1)[1].split()) == 0
     capsys.readouterr()
     kids = _children(store)
     assert len(kids) == 1 and kids[0].data.tags["flplat.reproduce.method"] == "FedAvg"

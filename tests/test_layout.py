@@ -31,7 +31,7 @@ LAYERS = [
     ("flplat.tracking",),                     # MLflow runs, reports read back from them
     ("flplat.experiment",),                   # load + validate a config, assemble, run (the one entry point)
     ("flplat.studies",),                      # many experiments: Optuna studies, sweeps
-    ("flplat.cli",),                          # the `flplat` command
+    ("flplat.cli", "flplat.__main__"),        # the `flplat` command (and `python -m flplat`)
 ]
 
 

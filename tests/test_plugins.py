@@ -154,6 +154,29 @@ def test_entry_points_are_found_and_listed_with_their_origin(tmp_path):
     assert [r.info.status for r in _runs(store)] == ["FINISHED"]
 
 
+def test_an_installed_plugin_is_known_to_the_commands_that_name_it_before_any_config(tmp_path):
+    """docs/extending.md §4 as a new user runs it: the package installed (entry points only: no ``--plugin``, no
+    ``plugins`` key), then ``flplat check NAME``. ``check`` and ``reproduce --add-method NAME`` look the name up
+    before any config is read, so the entry points must be loaded by then: by the CLI before every command, and by
+    the library functions themselves."""
+    site = _installed(tmp_path)
+    out = _flplat(["check", "trimprox", "--only", "registry"], site, EXAMPLE)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert out.stdout.startswith("PASS  registry") and "flplat_example_plugin.algorithm.TrimProx" in out.stdout
+    # the CLI: the registries hold the installed plugins before a command's handler runs
+    probe = ("import flplat.cli as c\nfrom flplat.algorithms import ALGORITHMS\n"
+             "c.COMMANDS['check'] = (c.COMMANDS['check'][0], lambda args: print('trimprox' in ALGORITHMS) or 0)\n"
+             "raise SystemExit(c.main(['check', 'trimprox']))")
+    # the library without the CLI: check() and --add-method's parser (NAME alone names the algorithm)
+    library = ("from flplat.studies.conformance import check\n"
+               "from flplat.studies.reproduction.grid import parse_added_method\n"
+               "print(check('trimprox', only=['registry'])[0].ok, parse_added_method('trimprox').overrides)")
+    for code, expected in ((probe, "True"), (library, "True ['algorithm.name=trimprox']")):
+        p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(site, EXAMPLE), capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0 and p.stdout.strip() == expected, (p.stdout, p.stderr[-3000:])
+
+
 def test_two_processes_find_the_plugins_of_the_config(tmp_path):
     """fabric.devices=2: rank 1 (started before the heavy imports) reads the same config and imports its plugins."""
     store = tmp_path / "store"
@@ -243,6 +266,42 @@ def test_a_plugin_that_fails_to_import_exits_2_naming_module_and_cause(tmp_path)
     assert line == "flplat: error: plugin 'broken_plugin' failed to import: ZeroDivisionError: division by zero"
     line = _one_line_exit_2(_flplat(["list", "--plugin", "no_such_plugin_mod"], tmp_path), store)
     assert "plugin 'no_such_plugin_mod' failed to import: ModuleNotFoundError" in line
+
+
+STRICT = ("from flplat.api import ConfigError, Strategy, register_algorithm\n\n"
+          "@register_algorithm\nclass Strict(Strategy):\n    name = 'strict'\n\n"
+          "    def {method}(self, *args):\n"
+          "        raise ConfigError(\"algorithm.name='strict' needs every client to hold 2 classes; allowed: "
+          "partition.name=iid\")\n\n"
+          "    def aggregate(self, state, results, ops):\n        return state\n")
+TINY = ["data.name=synthetic", "data.samples=200", "model.hidden=[8]", "federation.rounds=1", *FAST]
+
+
+def test_a_config_error_in_init_state_is_one_line_exit_2_and_no_store(tmp_path):
+    """docs/extending.md: a ConfigError raised in ``init_state`` is the one-line error (exit 2) of bad input, before
+    the MLflow run exists: not even the store is created (so MLflow's own lines on a new store do not appear)."""
+    _write(tmp_path, "strict_init", STRICT.format(method="init_state"))
+    store = tmp_path / "store"
+    out = _flplat(["run", "configs/quickstart.yaml", "algorithm.name=strict", *TINY, f"tracking.store_dir={store}",
+                   "--plugin", "strict_init"], tmp_path)
+    assert not (store / "mlflow.db").exists()
+    line = _one_line_exit_2(out, store)
+    assert line == ("flplat: error: algorithm.name='strict' needs every client to hold 2 classes; allowed: "
+                    "partition.name=iid")
+
+
+def test_a_config_error_during_the_rounds_ends_the_run_failed_with_one_line(tmp_path):
+    """Raised in ``plan`` (the run exists by then): the same one line and exit 2, and the run ends FAILED with the
+    line as its ``flplat.error`` tag, never left RUNNING."""
+    _write(tmp_path, "strict_plan", STRICT.format(method="plan"))
+    store = tmp_path / "store"
+    out = _flplat(["run", "configs/quickstart.yaml", "algorithm.name=strict", *TINY, f"tracking.store_dir={store}",
+                   "--plugin", "strict_plan"], tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines()[-1].startswith("flplat: error: algorithm.name='strict' needs")
+    assert "Traceback" not in out.stderr
+    (run,) = _runs(store)
+    assert run.info.status == "FAILED" and run.data.tags["flplat.error"].startswith("algorithm.name='strict' needs")
 
 
 @pytest.mark.parametrize("value", ["plugins=[not a module]", "plugins=5", "plugins=[my-pkg]"])

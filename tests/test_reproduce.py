@@ -256,7 +256,7 @@ def test_cli_smoke_table_end_to_end(tmp_path, capsys):
     assert len(_runs(store)[1]) == 5
 
 
-def test_pqfed_table8_stages_are_one_run_per_method_and_seed(tmp_path, capsys):
+def test_pqfed_table8_stages_are_one_run_per_method_and_seed(tmp_path, capsys, small_mnist):
     """PQFed Table VIII at smoke scale: the 11 stages and Algorithm 2's outcome of one inner algorithm and seed are one
     run (every stage trained), read from its per-stage series; ``table8_stop`` reuses that run (nothing new trained)."""
     from mlflow.tracking import MlflowClient
@@ -288,7 +288,7 @@ def test_pqfed_table8_stages_are_one_run_per_method_and_seed(tmp_path, capsys):
     assert f"| mnist | FedAvg | 1 | {stop} ± 0 (1) |" in out.out
 
 
-def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys):
+def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys, small_mnist):
     """Flux's τ table: the ``true M`` row is the partition's number of distributions, read from Flux's own run (one
     run for both rows); IFCA is given the true M (App. E.1), so its τ equals it."""
     from flplat.experiment import load_config, prepare
@@ -304,7 +304,7 @@ def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys):
     assert f"| label_l5 | IFCA | not reported | {m} ± 0 (1) |" in out.out
 
 
-def test_flux_scalability_smoke_cell_reports_known_association(tmp_path, capsys):
+def test_flux_scalability_smoke_cell_reports_known_association(tmp_path, capsys, small_mnist):
     """App. F.2 / Table 50 at smoke scale (40 + 10 unseen clients instead of 1,200 + 100): the run ends with the
     known-association accuracy, which the table sets beside the paper's mean ± std."""
     assert main(["reproduce", "flux", "scalability", "--scale", "smoke", "--cells", "label_l7", "--methods", "FedAvg",
@@ -333,7 +333,10 @@ def test_cli_analysis_table_smoke(tmp_path, capsys):
     (["dapfl", "table3_digits", "--jobs", "999"], "--jobs=999"),
     (["dapfl", "table3_digits", "--baseline-seeds", "0"], "--baseline-seeds=0; allowed: an integer >= 1"),
     (["dapfl", "table3_digits", "--set", "federation.rounds=0"], "federation.rounds"),
-    (["dapfl", "table3_digits", "--add-method", "My Algo=algorithm.name=fedavg"], "the row label 'My Algo' must be"),
+    (["dapfl", "table3_digits", "--add-method", "My|Algo=algorithm.name=fedavg"], "the row label 'My|Algo' must "
+     "have a letter or digit and none of ',|:#$'"),
+    (["dapfl", "table3_digits", "--rerun-stale", "--render-only"], "--rerun-stale trains, --render-only trains "
+     "nothing"),
     (["dapfl", "table3_digits", "--add-method", "Mine=algorithm.mu"], "'algorithm.mu' is not key=value"),
     (["dapfl", "table3_digits", "--add-method", "Mine=algorithm.mu=0.1"], "names no algorithm: give algorithm.name"),
     (["dapfl", "table3_digits", "--add-method", "FedAvg=algorithm.name=fedprox"], "already has a method of that "
@@ -388,19 +391,22 @@ def test_jobs_2_runs_in_worker_processes_with_the_same_results(tmp_path, capsys)
 
 def test_a_run_that_fails_its_config_is_skipped_not_fatal(tmp_path, capsys):
     """An error found while preparing one run (here: every Dirichlet redraw leaves a client under min_samples) skips
-    that run with its reason; the table is still written, the cell "not run"."""
+    that run with its reason; the table is still written, the cell "not run"; the row has no run at all, so the
+    command exits 1 with the row and the reason."""
     assert main(["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
                  "--methods", "FedAvg", "--store-dir", str(tmp_path), "--set", "partition.min_samples=500",
-                 "partition.max_retries=1"]) == 0
+                 "partition.max_retries=1"]) == 1
     out = capsys.readouterr()
     assert "digits_k20_low FedAvg s0: skipped (" in out.err
+    assert "flplat: error: table3_digits: row 'FedAvg': all 1 of its runs were refused before they started: " \
+           "partition.name='dirichlet' is infeasible" in out.err
     # the table says why: the row points to a note with the reason per seed
     assert "| digits_k20_low | FedAvg | 66.83 | — | — | not run: skipped, see note 1 |" in out.out
     assert "1. skipped: seed 0: partition.name='dirichlet' is infeasible: num_clients * min_samples" in out.out
     # the reason stays on the parent run: a later --render-only shows it too (no run exists to read it from)
     assert main(["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "digits_k20_low",
                  "--methods", "FedAvg", "--store-dir", str(tmp_path), "--set", "partition.min_samples=500",
-                 "partition.max_retries=1", "--render-only"]) == 0
+                 "partition.max_retries=1", "--render-only"]) == 1
     out = capsys.readouterr().out
     assert "not run: skipped, see note 1 |" in out and "1. skipped: seed 0: partition.name='dirichlet'" in out
 
@@ -600,7 +606,7 @@ def test_finished_runs_of_an_earlier_flplat_are_reused_when_compatible(tmp_path,
     assert len(_runs(store)[1]) == 3
 
 
-def test_a_figure_with_nothing_to_draw_is_skipped(tmp_path, capsys):
+def test_a_figure_with_nothing_to_draw_is_skipped(tmp_path, capsys, small_mnist):
     """Clust-PSI-PFL's Fig. 5 is drawn from Clust-PSI-PFL's runs: a table rendered without them has no figure."""
     assert main(["reproduce", "clust-psi-pfl", "table3", "--scale", "smoke", "--cells", "dirichlet_50", "--methods",
                  "FedAvg", "--store-dir", str(tmp_path / "store"), "--out", str(tmp_path / "out")]) == 0

@@ -78,10 +78,11 @@ def _row(out: str, method: str) -> str:
 
 def test_absent_data_files_skip_the_cell_with_where_to_get_them(isolated: Path, capsys) -> None:
     """A train table: the cell's runs are skipped, the grid completes and the row's note says "data not found:
-    <where to get the files>"; an analysis table (PQFed Fig. 3a on CIFAR-10) the same instead of an error."""
+    <where to get the files>" (every run of its rows refused: exit 1); an analysis table (PQFed Fig. 3a on
+    CIFAR-10) the same instead of an error."""
     store = str(isolated / "store")
     assert main(["reproduce", "clust-psi-pfl", "table3_serengeti", "--scale", "smoke", "--cells", "dirichlet_50",
-                 "--methods", "FedAvg,Clust-PSI-PFL", "--store-dir", store]) == 0
+                 "--methods", "FedAvg,Clust-PSI-PFL", "--store-dir", store]) == 1
     out = capsys.readouterr().out
     assert "not run: skipped, see note 1" in _row(out, "FedAvg") and "see note 1" in _row(out, "Clust-PSI-PFL")
     assert f"data not found: {SERENGETI_WHERE} (then data.root=DIR or $FLPLAT_DATA)" in out
@@ -93,7 +94,7 @@ def test_absent_data_files_skip_the_cell_with_where_to_get_them(isolated: Path, 
     from flplat.data.medical import CHEXPERT_WHERE
 
     assert main(["reproduce", "flux", "chexpert_test_phase", "--scale", "smoke", "--cells", "low", "--methods",
-                 "FedAvg", "--store-dir", store]) == 0
+                 "FedAvg", "--store-dir", store]) == 1
     assert f"data not found: {CHEXPERT_WHERE} (then data.root=DIR or $FLPLAT_DATA)" in capsys.readouterr().out
 
 

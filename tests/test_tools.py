@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -16,17 +17,21 @@ from conftest import REPO
     ("bench_vec_bound.py", ["--dataset", "digits", "--clients", "20", "--hidden", "16", "--rounds", "1",
                             "--repeats", "1", "--profile"], "float rounding only"),
     ("bench_clustering.py", ["--clients", "30", "--repeats", "0"], "median"),
-    ("bench_eval.py", ["--clients", "40", "--hidden", "16", "--repeats", "1"], "batched / lower bound"),
+    ("bench_eval.py", ["--clients", "40", "--hidden", "16", "--repeats", "1", "--data-root", "{idx_data}"],
+     "batched / lower bound"),
     pytest.param("bench_e2e.py", ["--clients", "20", "--hidden", "16", "--rounds", "2", "--repeats", "1",
-                                  "--sides", "ref1,flplat1,ref2,flplat2", "--threads", "1"], "e2e target",
+                                  "--sides", "ref1,flplat1,ref2,flplat2", "--threads", "1",
+                                  "--data-root", "{idx_data}"], "e2e target",
                  marks=pytest.mark.slow),
     pytest.param("bench_ray.py", ["--runs", "1"], "ratio Ray / local",
                  marks=[pytest.mark.slow, pytest.mark.skipif(not importlib.util.find_spec("ray"),
                                                              reason="Ray is not installed")]),
 ])
-def test_benchmark_scripts_run(script, args, expect):
+def test_benchmark_scripts_run(script, args, expect, idx_data, tmp_path):
+    args = [a.format(idx_data=idx_data) for a in args]  # a script reading image files gets the test's small ones
+    env = {**os.environ, "HOME": str(tmp_path)}  # its ~/.cache/flplat (the decoded-data cache) is the test's own
     res = subprocess.run([sys.executable, str(REPO / "tools" / script), *args], cwd=REPO, capture_output=True,
-                         text=True, timeout=600)
+                         text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert expect in res.stdout
 
@@ -57,7 +62,7 @@ def test_flplat_dirichlet_deals_fedartmls_partition_from_fedartmls_random_stream
     assert "| WPSI |" in res.stdout and "Similarity S=0 vs percent_noniid 100%" in res.stdout
 
 
-def test_per_seed_values_of_reproduced_rows_come_from_the_store(tmp_path):
+def test_per_seed_values_of_reproduced_rows_come_from_the_store(tmp_path, small_mnist):
     """tools/reproduce_per_seed.py reads each seed's metrics of the finished runs (Flux, smoke) and marks a row the
     store lacks (FedAvg, not run) with "—"."""
     from flplat.cli import main

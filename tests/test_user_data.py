@@ -275,6 +275,38 @@ def test_natural_partition_takes_test_splits_from_the_official_test_set(tmp_path
     assert len(split.x) == n and split.meta["natural_test"] == "split"
 
 
+def test_a_natural_run_logs_its_real_number_of_clients_and_keeps_its_hash(tmp_path):
+    """4 natural clients with partition.num_clients=10 written: the run's param (and config.yaml) say 4, a tag keeps
+    the 10, and the config hash is the written config's (a re-run finds the run by it)."""
+    from mlflow.tracking import MlflowClient
+
+    from flplat.config_io import config_key
+    from flplat.experiment import REQUESTED_CLIENTS_TAG, load_config, run
+    from flplat.tracking.runs import CONFIG_KEY_TAG, runs_by_key, store_uris
+
+    path = write_csv(tmp_path / "t.csv", ["client", "f", "label"], natural_rows())
+    over = ["data.name=table", f"data.path={path}", "data.client_column=client", "partition.name=natural",
+            "partition.num_clients=10", "partition.train_fraction=0.6", "partition.test_fraction=0.4",
+            "model.name=mlp", "model.hidden=[4]", "federation.rounds=1", "federation.client_fraction=1.0",
+            "fabric.num_threads=1", f"tracking.store_dir={tmp_path / 'store'}", "tracking.plots=false",
+            "tracking.log_models=false", "tracking.experiment=natural"]
+    cfg = load_config(None, over)
+    summary, run_id = run(cfg, progress=False)
+    assert len(summary.client_table["client"]) == 4
+    client = MlflowClient(tracking_uri=store_uris(None, str(tmp_path / "store"))[0])
+    r = client.get_run(run_id)
+    assert r.data.params["partition.num_clients"] == "4" and r.data.tags[REQUESTED_CLIENTS_TAG] == "10"
+    logged = Path(client.download_artifacts(run_id, "config.yaml", str(tmp_path))).read_text()
+    assert "num_clients: 4" in logged
+    assert r.data.tags[CONFIG_KEY_TAG] == config_key(cfg) == config_key(load_config(None, over))
+    assert config_key(cfg) != config_key(load_config(None, [*over, "partition.num_clients=4"]))
+    exp = client.get_experiment_by_name("natural").experiment_id
+    assert [x.info.run_id for x in runs_by_key(client, exp, CONFIG_KEY_TAG, config_key(cfg))] == [run_id]
+    # a partition that produces the written number: no tag, the same param as written
+    same, same_id = run(load_config(None, [*over, "partition.num_clients=4"]), progress=False)
+    assert REQUESTED_CLIENTS_TAG not in client.get_run(same_id).data.tags
+
+
 def test_natural_partition_needs_client_ids():
     d = load_dataset(data_config(name="digits"), 0)
     with pytest.raises(ConfigError) as e:

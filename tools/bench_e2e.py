@@ -57,7 +57,8 @@ def flplat_overrides(args) -> list[str]:
             f"federation.client_fraction={args.fraction}", f"federation.local_epochs={args.epochs}",
             f"federation.batch_size={args.batch_size}", "federation.optimizer.name=adam",
             f"federation.optimizer.lr={args.lr}", f"federation.eval_every={args.eval_every}",
-            "fabric.accelerator=cpu", "fabric.precision=32-true", "tracking.enabled=false"]
+            "fabric.accelerator=cpu", "fabric.precision=32-true", "tracking.enabled=false",
+            f"data.root={args.data_root}"]  # the reference's files: both sides read the same copy
 
 
 SIDE_OVERRIDES = {"flplat1": [], "flplat2": ["fabric.devices=2", "fabric.num_threads=1"],
@@ -238,7 +239,8 @@ def run_side(side: str, args, argv: list[str], tmp: Path) -> dict:
     if side.startswith("ref"):
         r = json.loads(out.read_text())
     else:
-        r = {"round_s": [float(line.rsplit("time=", 1)[1].rstrip("s")) for line in stderr.splitlines()
+        # "[round t/T] ... time=0.15s left=0" (flplat/experiment.py's progress line)
+        r = {"round_s": [float(line.rsplit("time=", 1)[1].split("s", 1)[0]) for line in stderr.splitlines()
                          if line.startswith("[round ")], "acc": float(stdout.split("global_accuracy=")[1].split()[0])}
     r["wall"], r["rss_gb"] = wall, (ru.ru_maxrss / 1e6 if ru else float("nan"))
     r["steady"] = statistics.mean(r["round_s"][1:]) if len(r["round_s"]) > 1 else r["round_s"][0]
@@ -279,7 +281,8 @@ def main(argv=None) -> int:
                     help="torch threads of the 1-process sides (0: torch's default, one per core)")
     ap.add_argument("--sides", default="ref1,flplat1,ref2,flplat2,flplatvec")
     ap.add_argument("--timeout", type=int, default=900, help="seconds before a side's run is stopped")
-    ap.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"),
+                    help="the directory with MNIST/raw and FashionMNIST/raw (torchvision's layout); both sides read it")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--procs", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--plan", default=None, help=argparse.SUPPRESS)

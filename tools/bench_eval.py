@@ -23,6 +23,7 @@ batched ≤ 1.5×), and that the two evaluations give the same per-client counts
     python tools/bench_eval.py                                  # K = 1,200 and 10,000, FedAvg, IFCA, Ditto
     python tools/bench_eval.py --clients 1200 --repeats 5
     python tools/bench_eval.py --clients 10000 --methods ditto --personal-dtype float16
+    python tools/bench_eval.py --clients 40 --repeats 1 --data-root DIR   # FMNIST from DIR (data.root)
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def main(argv=None) -> int:
                     help="federation.client_state_dtype for Ditto (auto: float32 up to 2,000 clients, else float16)")
     ap.add_argument("--clusters", type=int, default=4)
     ap.add_argument("--hidden", default="200,200")
+    ap.add_argument("--data-root", default=None,
+                    help="data.root: the directory holding the FMNIST files (default: the documented lookup)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-per-client-above", type=int, default=20000,
@@ -119,6 +122,8 @@ def main(argv=None) -> int:
             over = ["data.name=fmnist", "partition.name=iid", f"partition.num_clients={k}", "model.name=mlp",
                     f"model.hidden=[{args.hidden}]", f"algorithm.name={method}", "tracking.enabled=false",
                     "fabric.accelerator=cpu", f"fabric.num_threads={args.threads}"]
+            if args.data_root:
+                over.append(f"data.root={args.data_root}")
             if method == "ifca":
                 over.append(f"algorithm.num_clusters={args.clusters}")
             if method == "ditto":

@@ -8,6 +8,9 @@ head for ``head_epochs`` epochs with the body frozen, then the body for ``body_e
 uniform mean), and each client keeps its head: heads are stored per client as the head slice of the flat vector
 only (``layout.mask("head.")``). A client is evaluated with φ^t and its own head. Normalisation buffers belong to
 the body and are averaged with it.
+
+Traffic: the head never leaves its client, so a round counts the body only, both ways (``local_prefixes``:
+``bytes_down`` = ``bytes_up`` = 4 bytes × the body's entries × the sampled clients).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from flplat.maths.aggregation import stack
 @register_algorithm
 class FedRep(Strategy):
     name = "fedrep"
+    local_prefixes = ("head.",)  # h_k stays on client k: only φ travels (bytes_down / bytes_up)
 
     @dataclass(frozen=True)
     class Config:
@@ -38,7 +42,7 @@ class FedRep(Strategy):
 
     def init_state(self, init_weights, rng, ops):
         state = super().init_state(init_weights, rng, ops)
-        mask = self.info.layout.mask("head.")
+        mask = self.info.layout.mask(self.local_prefixes)
         if not mask.any():
             raise ValueError("FedRep needs a model with a `head` (every flplat model is a SplitModel)")
         state.extra["head_mask"] = mask

@@ -66,13 +66,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_plugins(args) -> None:
-    """``--plugin MODULE``: into ``$FLPLAT_PLUGINS`` (inherited by every process the command starts), imported now
-    so that a failing plugin is one line and exit 2 before anything else happens."""
-    if getattr(args, "plugin", None):
-        from flplat.plugins import add_to_env, load_plugins
+    """Every command that takes ``--plugin`` imports its plugins before it runs: the entry points of installed
+    distributions, ``$FLPLAT_PLUGINS`` and ``--plugin MODULE`` (added to ``$FLPLAT_PLUGINS``, which every process
+    the command starts inherits). A command may look a name up before it reads any config (``flplat check NAME``,
+    ``reproduce --add-method NAME``): an installed plugin's name is registered by then. A failing plugin is one
+    line and exit 2 before anything else happens."""
+    if args.command in NO_PLUGINS:
+        return
+    from flplat.plugins import add_to_env, load_plugins
 
+    if args.plugin:
         add_to_env(args.plugin)
-        load_plugins()
+    load_plugins()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,20 +138,25 @@ def exit_now(rc: int) -> None:
     After a run, Python's finalisation (clearing the modules of torch, lightning, scikit-learn, MLflow one object at
     a time) takes 1-2 s here (measured: ``import torch, lightning`` alone leaves 1.2 s between its last line and the
     process's end), which every ``flplat`` command, grid cell and rank of a sharded run would pay. This does what
-    the interpreter's exit does that matters, then ``os._exit``: waits for non-daemon threads, runs the ``atexit``
-    handlers (logging, MLflow, multiprocessing, weakref finalizers and temporary directories), flushes stdout and
-    stderr. ``FLPLAT_FULL_EXIT=1`` in the environment keeps the normal exit (e.g. for tools that hook the
-    interpreter's shutdown)."""
-    import os
+    the interpreter's exit does that matters, in its order, then ``os._exit``: ``threading._shutdown`` (the
+    threading module's exit hooks, then waiting for the non-daemon threads), the ``atexit`` handlers (logging, MLflow,
+    multiprocessing, weakref finalizers and temporary directories), flushing stdout and stderr.
 
-    if os.environ.get(FULL_EXIT_ENV, "") not in ("", "0"):
-        sys.exit(rc)
-    import atexit
+    The hooks must run before the join: an idle :class:`~concurrent.futures.ThreadPoolExecutor` worker is a
+    non-daemon thread that ends only when its hook (``concurrent.futures.thread._python_exit``) wakes it. MLflow
+    keeps one such pool per artifact repository and never shuts it down, so joining the threads first waited
+    forever after any artifact download (``flplat evaluate`` after its result or its error).
+    ``FLPLAT_FULL_EXIT=1`` in the environment keeps the normal exit (e.g. for tools that hook the interpreter's
+    shutdown)."""
+    import os
     import threading
 
-    for t in threading.enumerate():
-        if t is not threading.current_thread() and not t.daemon:
-            t.join()
+    shutdown = getattr(threading, "_shutdown", None)  # (CPython 3.10-3.13; otherwise the interpreter's own exit)
+    if shutdown is None or os.environ.get(FULL_EXIT_ENV, "") not in ("", "0"):
+        sys.exit(rc)
+    import atexit
+
+    shutdown()  # what the interpreter's finalisation does first (main thread only: entry() runs there)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from flplat.errors import ConfigError
 
@@ -49,6 +50,9 @@ def add_tune(sub) -> None:
     t.add_argument("--n-trials", type=int, default=None,
                    help="trials to run now (default: the rest of the grid, or 20 for free search)")
     t.add_argument("--progress", action="store_true", help="show each trial's round progress")
+    t.add_argument("--rerun-stale", action="store_true",
+                   help="run again the params of completed trials made by other code (another flplat source or "
+                        "plugin code); without it they count, and the output says how many")
     add_backend(t)
 
 
@@ -59,6 +63,9 @@ def add_sweep(sub) -> None:
     w.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     w.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (default 0,1,2,3,4)")
     w.add_argument("--progress", action="store_true")
+    w.add_argument("--rerun-stale", action="store_true",
+                   help="train again the seeds whose finished run (of an interrupted sweep) was made by other code; "
+                        "without it they are used and marked")
     add_backend(w)
 
 
@@ -96,6 +103,10 @@ def add_reproduce(sub) -> None:
     rp.add_argument("--results", default=None, metavar="MD",
                     help="write each table into this markdown document (e.g. docs/results.md), replacing its block "
                          "there, with the command and the run time under it")
+    rp.add_argument("--rerun-stale", action="store_true",
+                    help="train again the runs whose finished run was made by other code (another flplat source or "
+                         "plugin code, or before runs recorded their code); without it such runs are used, counted "
+                         "and marked in the tables")
     add_backend(rp)
     rp.add_argument("--print-jobs", nargs="?", const="lines", default=None, choices=("lines", "array"),
                     help="run nothing: print one command per unfinished run (e.g. for SLURM), or with 'array' a SLURM "
@@ -110,7 +121,7 @@ def cmd_tune(args) -> int:
 
     backend = backend_of(args)
     out = tune(args.config, args.overrides, args.space, args.storage, args.study_name, args.n_trials, args.progress,
-               backend)
+               backend, args.rerun_stale)
     print(json.dumps(out, indent=2))
     return 0
 
@@ -124,10 +135,10 @@ def cmd_sweep(args) -> int:
         raise ConfigError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. 0,1,2") from None
     if not seeds:
         raise ConfigError(f"--seeds={args.seeds!r} names no seed; allowed: comma-separated integers, e.g. 0,1,2")
-    rows = sweep_seeds(args.config, args.overrides, seeds, args.progress, backend_of(args))
+    rows = sweep_seeds(args.config, args.overrides, seeds, args.progress, backend_of(args), args.rerun_stale)
     for r in rows:
         shown = [f"{k}={r[k]:.4f}" for k in ("global_accuracy", "ad", "sdad") if k in r]
-        print(" ".join([f"seed={r['seed']}", *shown]))
+        print(" ".join([f"seed={r['seed']}", *shown, *(["(run from other code)"] if "stale" in r else [])]))
     return 0
 
 
@@ -153,7 +164,7 @@ def _reproduce_command(args) -> str:
 
 
 def cmd_reproduce(args) -> int:
-    from flplat.studies.reproduce import PAPERS, listing, reproduce
+    from flplat.studies.reproduce import PAPERS, RowsRefused, listing, reproduce
 
     if args.list:
         print(listing())
@@ -175,11 +186,17 @@ def cmd_reproduce(args) -> int:
 
         print(job_commands(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells),
                            args.store_dir, args.set, args.print_jobs, args.baseline_seeds, _reproduce_command(args),
-                           args.add_method))
+                           args.add_method, args.rerun_stale))
         return 0
     backend = backend_of(args)  # (checks the flags of either backend)
     backend = None if backend.name == "local" else backend
-    print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells),
-                    args.jobs or 1, args.store_dir, args.set, args.out, args.results, _reproduce_command(args),
-                    args.baseline_seeds, args.render_only, args.add_method, backend))
+    try:
+        print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells),
+                        args.jobs or 1, args.store_dir, args.set, args.out, args.results, _reproduce_command(args),
+                        args.baseline_seeds, args.render_only, args.add_method, backend, args.rerun_stale))
+    except RowsRefused as e:  # the tables, then one line per row without any run, exit 1
+        print(e.text)
+        for line in e.rows:
+            print(f"flplat: error: {line}", file=sys.stderr)
+        return 1
     return 0

@@ -23,6 +23,14 @@ A directory is used when it holds every file the dataset needs; the first such d
    under the standard names);
 6. ``~/.cache/flplat/<layout>`` (where downloads go when ``data.root`` is unset).
 
+``$FLPLAT_DATA_SEARCH=explicit`` (:data:`SEARCH_ENV_VAR`; the default is ``all``) keeps only the locations the
+user names, 1 and 2: nothing is found in ``../shared/data``, Debian's directory or the cache unless ``data.root``
+or ``$FLPLAT_DATA`` points there. It is an environment variable rather than a config key so that every process a
+command starts (the ranks of a sharded run, a benchmark script, a test's subprocess) inherits it: the test suite
+sets it for its whole session (tests/conftest.py), so a test can only read the files it writes itself, and one that
+silently needed a copy of MNIST beside the checkout fails everywhere, not only on a clone without one. Any other
+value is a one-line :class:`~flplat.errors.ConfigError`.
+
 Only when none of them has the files and ``data.download`` is true does torchvision download them (into
 ``data.root``, else ``~/.cache/flplat``); a download is never attempted when the files are present. Otherwise
 :class:`DataUnavailableError` names every directory looked in and how to provide the files.
@@ -54,7 +62,7 @@ import torch
 from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError, read_cifar_batches, read_idx, read_pickle
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, check_choice
 
 log = logging.getLogger("flplat")
 #: bump when the decoded arrays of a source file would change (decoding or standardisation code)
@@ -77,6 +85,9 @@ NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 }
 
 ENV_VAR = "FLPLAT_DATA"
+#: ``all`` (default): every documented location; ``explicit``: only ``data.root`` and ``$FLPLAT_DATA``
+SEARCH_ENV_VAR = "FLPLAT_DATA_SEARCH"
+SEARCH_MODES = ("all", "explicit")
 #: ``<repo>/../shared/data``; module attributes so that tests can point them elsewhere.
 REPO_SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 CACHE_DIR = Path.home() / ".cache" / "flplat"
@@ -181,14 +192,32 @@ def _with_layout(base: Path, layout: str) -> list[Path]:
     return [base, base / layout]
 
 
+def search_mode() -> str:
+    """``$FLPLAT_DATA_SEARCH`` (``all`` when unset or empty); ConfigError for any other value than those allowed."""
+    mode = os.environ.get(SEARCH_ENV_VAR, "").strip() or "all"
+    check_choice(f"${SEARCH_ENV_VAR}", mode, SEARCH_MODES)
+    return mode
+
+
+def looked_in(looked: list[Path]) -> str:
+    """The directories searched, for an error message; under ``explicit`` search it says why there are so few."""
+    text = ", ".join(map(str, looked)) or "no directory"
+    if search_mode() == "explicit":
+        text += f" (${SEARCH_ENV_VAR}=explicit: only data.root and ${ENV_VAR} are searched)"
+    return text
+
+
 def _candidate_dirs(cfg: DataConfig, layout: str, extra: Iterable[Path] = ()) -> list[Path]:
     """Directories to search, in the documented order, without duplicates."""
     dirs: list[Path] = []
+    explicit = search_mode() == "explicit"
     if cfg.root:  # an explicit root is used or refused: never a silent fallback to another copy elsewhere
         return [Path(os.path.abspath(d)) for d in _with_layout(Path(str(cfg.root)).expanduser(), layout)]
     env = os.environ.get(ENV_VAR)
     if env:
         dirs += _with_layout(Path(env).expanduser(), layout)
+    if explicit:  # the locations the user did not name are off
+        return [Path(os.path.abspath(d)) for d in dirs]
     dirs.append(Path.cwd().parent / "shared" / "data" / layout)
     dirs.append(REPO_SHARED_DATA / layout)
     dirs += list(extra)
@@ -223,12 +252,12 @@ def _torchvision_download(name: str, root: Path) -> None:
 def _missing_message(name: str, looked: list[Path], needed: str, root=None) -> str:
     if root:
         return (f"data.root={str(root)!r} does not hold the {name} files (need {needed}; looked in: "
-                f"{', '.join(map(str, looked))}); allowed: a directory holding them, or data.download=true")
+                f"{looked_in(looked)}); allowed: a directory holding them, or data.download=true")
     how = f"set data.root=DIR or ${ENV_VAR}=DIR to a directory holding them"
     if name == "fmnist":
         how += ", run `apt-get install dataset-fashion-mnist`"
     how += ", or set data.download=true to let torchvision download them"
-    return f"{name} data not found (need {needed}); looked in: {', '.join(map(str, looked))}; to fix: {how}"
+    return f"{name} data not found (need {needed}); looked in: {looked_in(looked)}; to fix: {how}"
 
 
 def _locate(
@@ -277,12 +306,17 @@ def _read_idx_split(files: dict[str, Path], prefix: str, num_classes: int) -> tu
     return images[:, None, :, :], labels
 
 
-def load_idx_dataset(cfg: DataConfig, name: str) -> Dataset:
-    """Load ``mnist`` or ``fmnist`` from IDX files found by the documented lookup (downloading only if allowed)."""
-    layout, num_classes = _IDX_LAYOUT[name]
+def _locate_idx(cfg: DataConfig, name: str) -> dict[str, Path]:
+    layout = _IDX_LAYOUT[name][0]
     extra = [DEBIAN_FMNIST_DIR] if name == "fmnist" else []
     needed = ", ".join(f"{s}[.gz]" for s in IDX_FILES)
-    files = _locate(cfg, name, layout, _find_idx_files, needed, extra)
+    return _locate(cfg, name, layout, _find_idx_files, needed, extra)
+
+
+def load_idx_dataset(cfg: DataConfig, name: str) -> Dataset:
+    """Load ``mnist`` or ``fmnist`` from IDX files found by the documented lookup (downloading only if allowed)."""
+    num_classes = _IDX_LAYOUT[name][1]
+    files = _locate_idx(cfg, name)
 
     def build() -> dict[str, torch.Tensor]:
         x_train, y_train = _read_idx_split(files, "train", num_classes)
@@ -302,11 +336,16 @@ def _cifar_files(d: Path, files: tuple[str, ...]) -> Path | None:
     return d if all((d / f).is_file() for f in files) else None
 
 
+def _locate_cifar(cfg: DataConfig, name: str) -> Path:
+    layout, train_files, test_file, meta_file = _CIFAR_LAYOUT[name][:4]
+    needed_files = (*train_files, test_file, meta_file)
+    return _locate(cfg, name, layout, lambda p: _cifar_files(p, needed_files), ", ".join(needed_files))
+
+
 def load_cifar(cfg: DataConfig, name: str) -> Dataset:
     """Load ``cifar10`` or ``cifar100`` from the torchvision-unpacked pickle batches (downloading only if allowed)."""
-    layout, train_files, test_file, meta_file, label_key, names_key, num_classes = _CIFAR_LAYOUT[name]
-    needed_files = (*train_files, test_file, meta_file)
-    d = _locate(cfg, name, layout, lambda p: _cifar_files(p, needed_files), ", ".join(needed_files))
+    _, train_files, test_file, meta_file, label_key, names_key, num_classes = _CIFAR_LAYOUT[name]
+    d = _locate_cifar(cfg, name)
 
     def build() -> dict[str, torch.Tensor]:
         x_train, y_train = read_cifar_batches(d, train_files, label_key)
@@ -320,3 +359,16 @@ def load_cifar(cfg: DataConfig, name: str) -> Dataset:
     arrays = _cached_arrays(cfg, name, [d / f for f in (*train_files, test_file)], build)
     class_names = [str(c) for c in read_pickle(d / meta_file).get(names_key, [])] or None
     return Dataset(name=name, num_classes=num_classes, **arrays, class_names=class_names)
+
+
+def locate(cfg: DataConfig, name: str) -> Path:
+    """The directory :func:`~flplat.data.datasets.load_dataset` would read ``name``'s files from (``mnist``,
+    ``fmnist``, ``cifar10``, ``cifar100``), found by the documented lookup without decoding anything (downloading
+    only if ``cfg.download``); :class:`DataUnavailableError` (one line, every directory looked in) when absent.
+    The test suite's ``real_data`` marker asks it whether a test that needs the real files can run."""
+    if name in _IDX_LAYOUT:
+        return _locate_idx(cfg, name)[IDX_FILES[0]].parent
+    if name in _CIFAR_LAYOUT:
+        return _locate_cifar(cfg, name)
+    raise ConfigError(f"data.name={name!r} has no files to locate here; allowed: "
+                      f"{', '.join([*_IDX_LAYOUT, *_CIFAR_LAYOUT])}")

@@ -23,7 +23,8 @@ user that is not a training client becomes an unseen test-only client holding al
 split. ``meta["num_unseen_clients"]`` and ``meta["unseen_client_ids"]`` say which. ``auto`` (default) is
 ``official`` when the official test set's client ids include a pool client's, ``users`` when it has client ids
 none of which does, else ``split``. The official test set stays the pooled global test set.
-``partition.num_clients`` is not used (the data decides; the log says how many clients were kept).
+``partition.num_clients`` is not used (the data decides; the log says how many clients were kept, and
+the run logs that number as ``partition.num_clients``: :func:`flplat.experiment.fill_num_clients`).
 
 ``metadata`` -- Flux's real-world distributions (Fenoglio et al., App. B.1 and F.4, Table 59): each combination
 of levels of the metadata columns ``partition.columns`` is one planted distribution. App. B.1 for CheXpert:

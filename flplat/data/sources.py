@@ -1,7 +1,8 @@
 """Finding the files of the datasets that cannot be downloaded at run time (the papers' tabular, text, natural-client
 and medical sets): the same documented lookup as the image sets (:func:`flplat.data.files._candidate_dirs`:
-``data.root`` only when set, else ``$FLPLAT_DATA``, ``../shared/data/<layout>``, ``~/.cache/flplat/<layout>``; in
-each, the directory itself or its ``<layout>`` sub-directory), and one error when nothing is found:
+``data.root`` only when set, else ``$FLPLAT_DATA``, ``../shared/data/<layout>``, ``~/.cache/flplat/<layout>``, the
+last two not under ``$FLPLAT_DATA_SEARCH=explicit``; in each, the directory itself or its ``<layout>``
+sub-directory), and one error when nothing is found:
 ``<name> data not found: <where to get it>; need ...; looked in: ...``. ``data.download`` never fetches these.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from flplat.config import DataConfig
-from flplat.data.files import ENV_VAR, DataUnavailableError, _cached_arrays, _candidate_dirs
+from flplat.data.files import ENV_VAR, DataUnavailableError, _cached_arrays, _candidate_dirs, looked_in
 from flplat.data.formats import DataFormatError
 
 __all__ = ["cached", "find_data", "load_image", "progress"]
@@ -37,7 +38,7 @@ def find_data(cfg: DataConfig, name: str, layout: str, find: Callable[[Path], An
         f"set data.root=DIR or ${ENV_VAR}=DIR to a directory holding them"
     note = " (data.download does not fetch this dataset)" if cfg.download else ""
     raise DataUnavailableError(f"{name} data not found: {where}; need {needed}; looked in: "
-                               f"{', '.join(map(str, looked))}; to fix: {fix}{note}")
+                               f"{looked_in(looked)}; to fix: {fix}{note}")
 
 
 

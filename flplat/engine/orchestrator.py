@@ -105,8 +105,13 @@ class Orchestrator:
         self._counts: dict[str, np.ndarray] = {}  # per-client train counts, computed once (_train_counts)
         self._multilabel_logged = False
 
-    def _bytes(self, t: torch.Tensor | None) -> int:
-        return 0 if t is None else t.numel() * t.element_size()
+    def _bytes(self, t: torch.Tensor | None, sent: torch.Tensor | None = None) -> int:
+        """Bytes of the model vector ``t`` that travel: the entries of the strategy's ``sent`` mask
+        (:meth:`Strategy.sent_mask`; None: all of them)."""
+        if t is None:
+            return 0
+        n = int(sent.sum()) if sent is not None and sent.numel() == t.numel() else t.numel()
+        return n * t.element_size()
 
     def run(self, init_weights: torch.Tensor, resume=None) -> RunSummary:
         """Run rounds 1..T, or, with ``resume`` (a callable restoring a checkpoint into this orchestrator and
@@ -190,9 +195,10 @@ class Orchestrator:
             "straggler_clients": fails.get("straggler_clients", 0.0),
             "rejected_clients": float(rejected),
         }
-        if strategy.communicates:
-            m["bytes_down"] = float(sum(self._bytes(p.weights) + p.extra_bytes_down for _, p in plans))
-            m["bytes_up"] = float(sum(self._bytes(r.weights) + r.extra_bytes_up for r in results))
+        if strategy.communicates:  # what travels: the sent part of each model (a local head is not) and the extras
+            down, up = strategy.sent_mask("down"), strategy.sent_mask("up")
+            m["bytes_down"] = float(sum(self._bytes(p.weights, down) + p.extra_bytes_down for _, p in plans))
+            m["bytes_up"] = float(sum(self._bytes(r.weights, up) + r.extra_bytes_up for r in results))
         else:
             m["bytes_down"] = m["bytes_up"] = 0.0
         m.update(strategy.round_metrics(self.state))

@@ -221,9 +221,12 @@ def is_main_process() -> bool:
 
 
 def default_threads(world_size: int) -> int:
+    """Threads per process when ``fabric.num_threads`` is 0: the cores this process may use (its CPU affinity: a
+    SLURM task's ``--cpus-per-task``, ``taskset``; not the machine's count) shared by the processes."""
     import os
 
-    return max(1, (os.cpu_count() or 1) // max(world_size, 1))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(world_size, 1))
 
 
 def make_executor(trainer, data, seed: int, vectorize: bool = False, vectorize_group: int = 0,

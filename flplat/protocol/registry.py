@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["ALGORITHMS", "BUILTIN", "RegistryClash", "add", "loading", "origin", "register_algorithm"]
+__all__ = ["ALGORITHMS", "BUILTIN", "RegistryClash", "add", "entry_modules", "loading", "origin", "register_algorithm"]
 
 BUILTIN = "built-in"
 
 _ORIGINS: dict[tuple[str, str], str] = {}  # (kind, name) -> where the entry comes from
-_LOADING: list[str] = []  # the plugins being imported now, innermost last
+_LOADING: list[tuple[str, str | None]] = []  # the plugins being imported now (label, module), innermost last
+_MODULES: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, name) -> the modules outside flplat behind the entry
 
 
 class RegistryClash(ValueError):
@@ -32,10 +33,17 @@ def origin(kind: str, name: str) -> str:
     return _ORIGINS.get((kind, name), BUILTIN)
 
 
+def entry_modules(kind: str, name: str) -> tuple[str, ...]:
+    """The modules outside flplat whose code entry ``name`` of registry ``kind`` is: the module that defines it and
+    the plugin module whose import registered it (empty for a built-in). What a run records as the code of its
+    plugins (:mod:`flplat.tracking.provenance`)."""
+    return _MODULES.get((kind, name), ())
+
+
 @contextmanager
-def loading(label: str) -> Iterator[None]:
-    """Entries registered inside this block come from the plugin ``label``."""
-    _LOADING.append(label)
+def loading(label: str, module: str | None = None) -> Iterator[None]:
+    """Entries registered inside this block come from the plugin ``label`` (the import of ``module``)."""
+    _LOADING.append((label, module))
     try:
         yield
     finally:
@@ -48,10 +56,14 @@ def add(kind: str, registry: dict, name: str, entry: Any, module: str | None) ->
     if name in registry:
         raise RegistryClash(f"{kind} {name!r} is already registered ({origin(kind, name)})")
     registry[name] = entry
+    outside = bool(module) and module != "flplat" and not module.startswith("flplat.")
     if _LOADING:
-        _ORIGINS[(kind, name)] = _LOADING[-1]
-    elif module and module != "flplat" and not module.startswith("flplat."):
+        _ORIGINS[(kind, name)] = _LOADING[-1][0]
+    elif outside:
         _ORIGINS[(kind, name)] = f"module {module}"
+    mods = [*([module] if outside else []), *([_LOADING[-1][1]] if _LOADING and _LOADING[-1][1] else [])]
+    if mods:
+        _MODULES[(kind, name)] = tuple(dict.fromkeys(mods))
 
 
 #: algorithm name -> its :class:`~flplat.protocol.strategy.Strategy` subclass. Filled by :func:`register_algorithm`;

@@ -234,6 +234,10 @@ class Strategy(ABC):
     name: ClassVar[str] = ""
     Config: ClassVar[type] = NoConfig
     communicates: ClassVar[bool] = True  # False: no model traffic (local-only, centralized) -> 0 bytes logged
+    # name prefixes of the flat layout (``ParamLayout.names``) whose entries never leave the client, e.g. FedRep's and
+    # FedPer's local head ``("head.",)``: the round's ``bytes_down`` / ``bytes_up`` count the model vector without
+    # them (:meth:`sent_mask`). (): the whole vector travels both ways
+    local_prefixes: ClassVar[tuple[str, ...]] = ()
     # why the method cannot take multi-label data (y (N, C) of 0/1: BCE), or None; the experiment refuses it by name
     multilabel_unsupported: ClassVar[str | None] = None
     # the number of clients of the federation this strategy trains, when another method runs it on a subset of the
@@ -278,6 +282,17 @@ class Strategy(ABC):
     @abstractmethod
     def aggregate(self, state: ServerState, results: list[ClientResult], ops: FederationOps) -> ServerState:
         """Combine the round's client results into the next server state."""
+
+    def sent_mask(self, direction: str) -> torch.Tensor | None:
+        """Which entries of a model vector actually travel ``direction`` (``"down"``: a plan's ``weights``, server to
+        client; ``"up"``: a result's ``weights``, client to server): a boolean mask over the flat layout, or None for
+        all of it. The orchestrator's ``bytes_down`` / ``bytes_up`` count only these entries (what a strategy sends
+        besides the model goes in ``ClientPlan.extra_bytes_down`` / ``ClientResult.extra_bytes_up``). The default
+        leaves out :attr:`local_prefixes` in both directions; override it for anything else (a part sent one way
+        only)."""
+        if not self.local_prefixes:
+            return None
+        return ~self.info.layout.mask(tuple(self.local_prefixes))
 
     # ---- evaluation ------------------------------------------------------------------------------
     def mean_groups(self, state: ServerState, plans: Sequence[tuple[int, ClientPlan]]) -> list[int] | None:

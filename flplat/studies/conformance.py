@@ -109,7 +109,9 @@ class Target:
 
     def __init__(self, name: str, overrides: Sequence[str] = ()):
         from flplat.algorithms import ALGORITHMS
+        from flplat.plugins import load_plugins
 
+        load_plugins()  # an installed plugin's name (entry points, $FLPLAT_PLUGINS) is looked up below
         if name not in ALGORITHMS:
             raise ConfigError(f"algorithm {name!r} is not registered; allowed: {', '.join(sorted(ALGORITHMS))}")
         self.name = name

@@ -16,12 +16,31 @@ are data, ``configs/papers/<paper>.yaml`` (see :func:`load_paper_values`). A tab
 * ``analysis``: no training (CBCC's IID detection, PQFed's EMD curve); a function of (cell, seed) that returns
   one number per row ("method"), logged on the parent run.
 
+Runs of other code. A run's config hash says what it computes, not which code computed it: every run also records
+its code identity (flplat's source hash, the plugins' hashes: :mod:`flplat.tracking.provenance`). A finished run
+whose identity differs from the one its job would have now (or that recorded none, "unknown code") is *used, counted
+and marked*: one line on stderr and one in the table's header say how many of the table's runs come from other
+code, each cell that holds such runs says how many, and ``--rerun-stale`` trains them again (the old run is tagged
+``flplat.superseded_by`` the new one). Used rather than re-trained by default because any change to flplat's Python
+code changes the identity: re-training every grid after each commit would cost hours for numbers that mostly do not
+move, while the marks say which numbers a change could have moved and one flag makes them current.
+
+Exit status: 0 when every table was rendered and every row has a value or a run; 1 when a run failed (after the
+others finished) or when every run of some row of a train table was refused before it started (skipped with a
+reason: its config failed while its run was prepared, e.g. a value only the method's ``init_state`` checks, or its
+data are absent; :class:`RowsRefused`: the tables are printed, then one line per such row); 2 for bad input.
+
 Scales: ``smoke`` (seconds per cell: tiny data, 2 rounds, the MLP; for CI), ``reduced`` (a whole table in hours on
 2 CPU cores; the table's ``reduced`` overrides, stated in the output's header) and ``paper`` (the ready config as
 is: the paper's model, rounds, epochs, clients). Overrides given on the command line come last.
 
-The output per table (markdown, logged to the parent run as ``reproduce/<table>.md``): per cell and method, the
-paper's value | ours mean ± std (n seeds) | difference | verdict. The verdict has two parts:
+The output per table (markdown, logged to the parent run as ``reproduce/<table>.md``): a header (the paper's
+source, the scale, the seeds, which number a cell holds derived from the table's metrics:
+:func:`~flplat.studies.reproduction.render.value_note`, and the runs of other code), then per cell and method, the
+paper's value | ours mean ± std (n seeds) | difference | verdict. A seed without a value is "not run" (no run
+exists), "skipped" (refused before it started, with the reason), "failed" (the run ended with an error) or
+"finished without a value" / "finished, clustering never started" (for τ and ARI: a clustered method that formed no
+clusters), each with a numbered note. The verdict has two parts:
 
 * claim: the sign of (method − reference) in the paper and here (the reference is the table's ``reference``
   method, FedAvg in most tables; for the reference row itself the claim part is "reference"). "holds" when the
@@ -32,23 +51,21 @@ paper's value | ours mean ± std (n seeds) | difference | verdict. The verdict h
   for CIFAR-10), values are not comparable and only the claim is judged.
 
 The parts live in :mod:`flplat.studies.reproduction` (the table model and plan, the papers' values, the store,
-the execution, the rendering and the figures); this module runs a paper's tables with them and re-exports their
-public names (the paper modules, the CLI and the tests import them from here).
+the execution, the jobs printed for a scheduler, the rendering and the figures); this module runs a paper's tables
+with them and re-exports their public names (the paper modules, the CLI and the tests import them from here).
 """
 
 from __future__ import annotations
 
-import re
-import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from flplat.config_io import config_key  # the hash that identifies a run
-from flplat.data.files import DataUnavailableError
-from flplat.data.splits import InfeasiblePartitionError
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, RunFailed
+from flplat.studies.reproduction.collect import Collected, collect_analysis, collect_train
 from flplat.studies.reproduction.execute import (
     Backend,
     LocalBackend,
@@ -57,8 +74,6 @@ from flplat.studies.reproduction.execute import (
     default_jobs,
     make_backend,
     run_grid,
-    skip_reason,
-    unfinished,
 )
 from flplat.studies.reproduction.figures import plot_cells, plot_curves
 from flplat.studies.reproduction.grid import (
@@ -79,7 +94,8 @@ from flplat.studies.reproduction.grid import (
     select,
     with_added,
 )
-from flplat.studies.reproduction.render import render_table, verdict
+from flplat.studies.reproduction.jobs import job_commands
+from flplat.studies.reproduction.render import describe_metric, render_table, table_header, value_note, verdict
 from flplat.studies.reproduction.store import Store, compatible, run_params
 from flplat.studies.reproduction.values import (
     NOT_REPORTED,
@@ -91,24 +107,39 @@ from flplat.studies.reproduction.values import (
 
 __all__ = [
     "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Backend", "Cell", "FigureContext", "Job", "LocalBackend",
-    "Method", "Progress", "RayBackend", "Store", "Table", "check_paper_values", "compatible", "config_key",
-    "default_jobs", "job_commands", "listing", "load_paper_values", "make_backend", "out_stem", "paper_module",
-    "paper_tables", "paper_value", "parse_added_method", "per_table", "plan", "plot_cells", "plot_curves",
-    "render_table", "reproduce", "resolve_scale", "run_grid", "run_params", "select", "verdict", "with_added",
+    "Method", "Progress", "RayBackend", "RowsRefused", "Store", "Table", "check_paper_values", "compatible",
+    "config_key", "default_jobs", "describe_metric", "job_commands", "listing", "load_paper_values", "make_backend",
+    "out_stem", "paper_module", "paper_tables", "paper_value", "parse_added_method", "per_table", "plan", "plot_cells",
+    "plot_curves", "render_table", "reproduce", "resolve_scale", "run_grid", "run_params", "select", "table_header",
+    "value_note", "verdict", "with_added",
 ]
+
+
+class RowsRefused(RunFailed):
+    """Every run of some row of a train table was refused before it started (skipped with a reason: its config
+    failed while the run was prepared, e.g. a value only the method's ``init_state`` checks, or its data are
+    absent). ``text``: the tables, rendered as usual; ``rows``: one line per such row with the reason (the CLI
+    prints the tables, then the lines on stderr, and exits 1)."""
+
+    def __init__(self, text: str, rows: list[str]):
+        super().__init__(f"{len(rows)} row(s) without any run: " + " | ".join(rows))
+        self.text, self.rows = text, rows
 
 
 def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", seeds: Sequence[int] | None = None,
               methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, n_jobs: int = 1,
               store_dir: str = "mlruns", overrides: Sequence[str] = (), out_dir: str | None = None,
               results: str | None = None, command: str = "", baseline_seeds: int | None = None,
-              render_only: bool = False, added: Sequence[str] = (), backend: Backend | None = None) -> str:
+              render_only: bool = False, added: Sequence[str] = (), backend: Backend | None = None,
+              rerun_stale: bool = False) -> str:
     """Run (or continue) the paper's tables and return their markdown (also logged to each table's parent run and,
     with ``out_dir``, written there with the figures; with ``results``, each table's block in that document is
     replaced, see :mod:`flplat.studies.results_doc`, with ``command`` as the line that made it). ``added``: the
     user's methods, ``"NAME=key=value,..."`` each (:func:`parse_added_method`), run beside the paper's in every
     train table. ``backend``: where the runs run (default: :class:`LocalBackend` with ``n_jobs``;
-    :class:`RayBackend`: Ray tasks)."""
+    :class:`RayBackend`: Ray tasks). ``rerun_stale``: train again the jobs whose finished run comes from other code
+    (by default such runs are used, counted and marked). Raises :class:`RowsRefused` (with the tables) when every
+    run of some row of a train table was refused before it started."""
     all_tables = paper_tables(paper)
     chosen = select(all_tables, list(tables), "tables", "id")
     extra = [parse_added_method(a) for a in added]
@@ -129,6 +160,8 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
     if results and not Path(results).resolve().parent.is_dir():
         raise ConfigError(f"--results={results}: its directory does not exist; allowed: a file in an existing "
                           "directory")
+    if rerun_stale and render_only:
+        raise ConfigError("--rerun-stale trains, --render-only trains nothing; allowed: one of them")
     values = load_paper_values(paper)
     experiment = f"reproduce-{paper}"
     # validate every table's grid before any run exists
@@ -154,56 +187,56 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
 
         backend.check_shared(load_config(first.config, list(first.overrides)).tracking)
     store = Store(experiment, store_dir)
+    opts = _Options(scale, baseline_seeds, render_only, out_dir, results, command, rerun_stale)
+    refused: list[str] = []
     with backend:
-        return _reproduce_tables(paper, chosen, plans, values, store, scale, baseline_seeds, backend,
-                                 render_only, out_dir, results, command, {e.name for e in extra})
+        text = _reproduce_tables(paper, chosen, plans, values, store, backend, opts, {e.name for e in extra},
+                                 refused)
+    if refused:
+        raise RowsRefused(text, refused)
+    return text
 
 
-def _reproduce_tables(paper, chosen, plans, values, store, scale, baseline_seeds, backend,
-                      render_only, out_dir, results, command, added_names=frozenset()) -> str:
+@dataclass
+class _Options:
+    """What the command asked for beyond the grid (see :func:`reproduce`)."""
+
+    scale: str
+    baseline_seeds: int | None
+    render_only: bool
+    out_dir: str | None
+    results: str | None
+    command: str
+    rerun_stale: bool
+
+
+def _reproduce_tables(paper, chosen, plans, values, store, backend, o: _Options, added_names=frozenset(),
+                      refused: list[str] | None = None) -> str:
+    """Each table in turn: run (or read) its values, render it and log it to its parent run, write its files; the
+    rows of train tables without any run (every run refused) are added to ``refused``."""
     texts = []
     for t in chosen:
         sd, jobs, methods, cells = plans[t.id]
-        _, note = resolve_scale(t, scale)
-        parent = store.parent(paper, t.id, scale)
+        _, note = resolve_scale(t, o.scale)
+        parent = store.parent(paper, t.id, o.scale)
         t_start = time.perf_counter()
         status = "FAILED"
         try:
-            run_ids: dict[tuple[str, str], list[str]] = {}
+            got = Collected()
             if t.kind == "train":
-                ours, run_ids, skips = _collect_train(paper, t, jobs, store, parent, backend, render_only, out_dir,
-                                                      out_stem(paper, t.id, scale))
+                got = collect_train(paper, t, jobs, store, parent, backend, o.render_only, o.rerun_stale, o.out_dir,
+                                    out_stem(paper, t.id, o.scale))
             else:
-                ours, skips = _collect_analysis(t, sd, cells, scale, store, parent)
-            header = _header(t, values, scale, note, sd, cells, baseline_seeds)
+                got.ours, got.skips = collect_analysis(t, sd, cells, o.scale, store, parent)
+            header = table_header(t, values, o.scale, note, sd, cells, methods, o.baseline_seeds,
+                                  (len(got.stale_ids), got.n_runs))
             sel = methods if t.kind == "train" else [m for m in methods or [] if m not in added_names]
-            text = render_table(t, values, ours, header, cells, sel or None, skips)
+            text = render_table(t, values, got.ours, header, cells, sel or None, got.skips, got.stale)
             store.client.log_text(parent, text, f"reproduce/{t.id}.md")
-            if t.figure and ours:
-                import tempfile
-
-                with tempfile.TemporaryDirectory() as tmp:
-                    png = str(Path(out_dir or tmp) / f"{out_stem(paper, t.id, scale)}.png")
-                    Path(png).parent.mkdir(parents=True, exist_ok=True)
-                    Path(png).unlink(missing_ok=True)  # never log an earlier command's figure
-                    t.figure(FigureContext(ours, scale, png, store.client, run_ids))
-                    if Path(png).is_file():
-                        store.client.log_artifact(parent, png, "reproduce")
-                    else:  # e.g. Fig. 5 before any Clust-PSI-PFL run has finished
-                        print(f"{t.id}: no figure (nothing to draw from the runs finished so far)", file=sys.stderr)
-            if out_dir:
-                Path(out_dir).mkdir(parents=True, exist_ok=True)
-                (Path(out_dir) / f"{out_stem(paper, t.id, scale)}.md").write_text(text)
-            if results:
-                from flplat.studies.results_doc import run_seconds, timing_line, update_results
-
-                n_runs, run_s = run_seconds(store.client, [r for ids in run_ids.values() for r in ids])
-                png = Path(out_dir) / f"{out_stem(paper, t.id, scale)}.png" if out_dir else None
-                update_results(results, paper, t.id, scale, text,
-                               timing_line(command or f"flplat reproduce {paper} {t.id} --scale {scale}", n_runs,
-                                           run_s, None if render_only else time.perf_counter() - t_start),
-                               figure=png if png is not None and png.is_file() else None)
+            _publish(paper, t, text, got, store, parent, o, t_start)
             texts.append(text)
+            if refused is not None:
+                refused += got.refused
             status = "FINISHED"
         except KeyboardInterrupt:
             status = "KILLED"
@@ -213,143 +246,41 @@ def _reproduce_tables(paper, chosen, plans, values, store, scale, baseline_seeds
     return "\n".join(texts)
 
 
-def job_commands(paper: str, tables: Sequence[str] = (), scale: str = "reduced", seeds: Sequence[int] | None = None,
-                 methods: Sequence[str] | None = None, cells: Sequence[str] | None = None, store_dir: str = "mlruns",
-                 overrides: Sequence[str] = (), form: str = "lines", baseline_seeds: int | None = None,
-                 command: str = "", added: Sequence[str] = ()) -> str:
-    """``flplat reproduce ... --print-jobs``: one ``flplat reproduce`` command per run of the grid that no finished
-    run stands for yet (``form`` lines), or a SLURM job-array script that runs them (``form`` array). Each command
-    runs exactly that run (its table, ``--cells``, ``--methods``, ``--seeds``) into the same store, so the run
-    lands where the grid expects it (same config hash, nested under the table's parent, tagged); afterwards the
-    grid's own command (with ``--render-only``) renders the tables. Re-running prints only what is still
-    unfinished. A run two tables share is printed once. The tables' parent runs are created here (status
-    SCHEDULED), so that the array's tasks do not race to create them."""
-    import shlex
+def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, parent: str, o: _Options,
+             t_start: float) -> None:
+    """A table's figure (logged to ``parent``; with ``--out`` written there beside the markdown) and its block in
+    the ``--results`` document."""
+    stem = out_stem(paper, t.id, o.scale)
+    if t.figure and got.ours:
+        import tempfile
 
-    chosen = [t for t in select(paper_tables(paper), list(tables), "tables", "id") if t.kind == "train"]
-    extra = {m.name: spec for spec in added for m in [parse_added_method(spec)]}  # --add-method: label -> spec
-    if extra:
-        chosen = [with_added(t, [parse_added_method(a) for a in added]) for t in chosen]
-        if methods:
-            methods = [*methods, *(name for name in extra if name not in methods)]
-    experiment = f"reproduce-{paper}"
-    sel = per_table(chosen, methods, cells)
-    chosen = [t for t in chosen if t.id in sel]
-    store = Store(experiment, store_dir)
-    lines, seen = [], set()
-    for t in chosen:
-        sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
-        jobs = plan(paper, t, scale, sd, *sel[t.id], overrides, experiment, store_dir, baseline_seeds)
-        todo, _, _ = unfinished(paper, jobs, store)
-        parent = store.parent(paper, t.id, scale)
-        store.client.set_terminated(parent, "SCHEDULED")
-        for j in todo:
-            if j.key in seen:
-                continue
-            seen.add(j.key)
-            words = ["flplat", "reproduce", paper, t.id, "--scale", scale, "--cells", j.cell, "--methods", j.method,
-                     "--seeds", str(j.seed), "--store-dir", store_dir]
-            if j.method in extra:
-                words += ["--add-method", extra[j.method]]
-            if overrides:
-                words += ["--set", *overrides]
-            lines.append(shlex.join(words))
-    if form == "lines":
-        return "\n".join(lines)
-    grid = command or f"flplat reproduce {paper} {' '.join(tables)} --scale {scale}".replace("  ", " ")
-    head = ["#!/bin/bash", f"#SBATCH --job-name=flplat-{paper}", f"#SBATCH --array=0-{max(len(lines) - 1, 0)}",
-            "#SBATCH --ntasks=1", "#SBATCH --cpus-per-task=1",
-            f"# {len(lines)} unfinished run(s) of: {grid}",
-            "# one array task each; afterwards render the tables with that command plus --render-only, and print",
-            "# this script again (--print-jobs array) for what is still unfinished.",
-            "set -euo pipefail"]
-    if not lines:
-        return "\n".join([*head[:1], f"# nothing to run: every run of `{grid}` is finished"])
-    return "\n".join([*head, "CMDS=(", *(shlex.quote(x) for x in lines), ")",
-                      'eval "${CMDS[$SLURM_ARRAY_TASK_ID]}"'])
+        with tempfile.TemporaryDirectory() as tmp:
+            png = str(Path(o.out_dir or tmp) / f"{stem}.png")
+            Path(png).parent.mkdir(parents=True, exist_ok=True)
+            Path(png).unlink(missing_ok=True)  # never log an earlier command's figure
+            t.figure(FigureContext(got.ours, o.scale, png, store.client, got.run_ids))
+            if Path(png).is_file():
+                store.client.log_artifact(parent, png, "reproduce")
+            else:  # e.g. Fig. 5 before any Clust-PSI-PFL run has finished
+                print(f"{t.id}: no figure (nothing to draw from the runs finished so far)", file=sys.stderr)
+    if o.out_dir:
+        Path(o.out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(o.out_dir) / f"{stem}.md").write_text(text)
+    if o.results:
+        from flplat.studies.results_doc import run_seconds, timing_line, update_results
+
+        n_runs, run_s = run_seconds(store.client, [r for ids in got.run_ids.values() for r in ids])
+        png = Path(o.out_dir) / f"{stem}.png" if o.out_dir else None
+        update_results(o.results, paper, t.id, o.scale, text,
+                       timing_line(o.command or f"flplat reproduce {paper} {t.id} --scale {o.scale}", n_runs,
+                                   run_s, None if o.render_only else time.perf_counter() - t_start),
+                       figure=png if png is not None and png.is_file() else None)
 
 
 def out_stem(paper: str, table: str, scale: str) -> str:
     """File name (without suffix) of a table's records under ``--out``: ``<paper>_<table>`` at the default scale
     (reduced), ``<paper>_<table>_<scale>`` at another, so one directory holds a table at several scales."""
     return f"{paper}_{table}" if scale == "reduced" else f"{paper}_{table}_{scale}"
-
-
-def _collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: str, n_jobs, render_only: bool,
-                   out_dir: str | None, stem: str):
-    """Run (or find) a train table's jobs: our values and run ids per (cell, method), the skipped seeds with their
-    reasons, and (``out_dir``) the raw per-run records behind the table as JSON lines."""
-    ours: dict[tuple[str, str], list[float]] = {}
-    run_ids: dict[tuple[str, str], list[str]] = {}
-    skips: dict[tuple[str, str], list[tuple[int, str]]] = {}  # (cell, method) -> [(seed, why not run)]
-    reasons: dict[str, str] = {}
-    metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only, reasons)
-    row_metric = {m.name: m.metric for m in t.methods}
-    col_metric = {c.id: c.metric for c in t.cells}
-    records = []
-    for j in jobs:
-        run_id, m = metrics.get(j.key, (None, {}))
-        if run_id is None and j.key in reasons:
-            skips.setdefault((j.cell, j.method), []).append((j.seed, reasons[j.key]))
-        if run_id:
-            run_ids.setdefault((j.cell, j.method), []).append(run_id)
-        v = store.value(run_id, m, row_metric[j.method] or col_metric[j.cell] or t.metric)
-        if v is not None:
-            ours.setdefault((j.cell, j.method), []).append(v)
-        if run_id:
-            records.append({"table": t.id, "cell": j.cell, "method": j.method, "seed": j.seed,
-                            "run_id": run_id, "config_key": j.key, "value": v, "metrics": m})
-    if out_dir:  # the raw per-run records behind the table
-        import json
-
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        with open(Path(out_dir) / f"{stem}_runs.jsonl", "w") as fh:
-            fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
-    return ours, run_ids, skips
-
-
-def _collect_analysis(t: Table, sd: Sequence[int], cells, scale: str, store: Store, parent: str):
-    """An analysis table's values per (cell, row) over the seeds (each mean logged to ``parent``) and the cells
-    skipped because the data cannot meet them, with the reason."""
-    ours: dict[tuple[str, str], list[float]] = {}
-    skips: dict[tuple[str, str], list[tuple[int, str]]] = {}
-    for s in sd:  # seeds outside: an analysis may cache per seed what its cells share
-        for c in select(t.cells, cells, "cells", "id"):
-            t0 = time.perf_counter()
-            try:
-                rows = t.analyze(c, s, scale)
-            except (InfeasiblePartitionError, DataUnavailableError) as e:  # the data cannot meet this cell or
-                why = skip_reason(e)                                            # are absent: skip it, say why
-                print(f"{t.id} {c.id} seed {s}: skipped ({e})", file=sys.stderr, flush=True)
-                for m in t.methods:
-                    skips.setdefault((c.id, m.name), []).append((s, why))
-                continue
-            for name, v in rows.items():
-                ours.setdefault((c.id, name), []).append(v)
-            print(f"{t.id} {c.id} seed {s} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
-    ours = {k: ours[k] for k in sorted(ours, key=lambda k: [c.id for c in t.cells].index(k[0]))}
-    for (cid, name), vals in ours.items():
-        key = re.sub(r"[^\w\-. /]", "_", f"{cid}.{name}")[:250]  # MLflow's allowed characters
-        store.client.log_metric(parent, key, statistics.fmean(vals))
-    return ours, skips
-
-
-def _header(t: Table, values: dict, scale: str, note: str, sd: Sequence[int], cells,
-            baseline_seeds: int | None) -> str:
-    """The line above a table: the paper's source, the scale's reductions, the seeds, substitutes and cell notes."""
-    src = values.get("tables", {}).get(t.id, {}).get("source", "")
-    subs = [t.substitute] if t.substitute else [f"{c.id}: {c.substitute}" for c in t.cells if c.substitute]
-    seeds_note = ", ".join(map(str, sd))
-    if t.kind == "train" and baseline_seeds is not None and baseline_seeds < len(sd):
-        full = [m.name for m in t.methods if t.all_seeds(m.name)]
-        seeds_note += (f" for {', '.join(full)}; {', '.join(map(str, sd[:baseline_seeds]))} for the other "
-                       "methods (CPU time)")
-    cell_notes = [f"{c.id}: {c.note}" for c in select(t.cells, cells, "cells", "id") if c.note]
-    added = [f"{m.name} ({' '.join(m.overrides)})" for m in t.methods if m.added]
-    return (f"Paper: {src}. Scale `{scale}`: {note}. Seeds: {seeds_note}." +
-            (f" The paper's dataset differs ({'; '.join(subs)}): only its claim is judged." if subs else "") +
-            (f" Per cell: {'; '.join(cell_notes)}." if cell_notes else "") +
-            (f" Added methods (not in the paper, no paper value): {'; '.join(added)}." if added else ""))
 
 
 def listing() -> str:

@@ -32,6 +32,7 @@ from flplat.errors import ConfigError, first_line
 from flplat.experiment import check_tracking, load_config
 from flplat.studies.study_plots import log_study_plots
 from flplat.tracking.meta import ensure_experiment, run_name, run_tags
+from flplat.tracking.provenance import CODE_TAG, CodeIdentity, code_identity, other_code
 
 
 def load_space(path: str | Path, algorithm: str) -> dict[str, Any]:
@@ -115,14 +116,61 @@ def retry_interrupted(study, space: dict[str, Any]) -> int:
     queued = 0
     for t in trials:
         if t.state == S.FAIL and t.params and set(t.params) == set(space) and t.params not in covered:
-            study.enqueue_trial(dict(t.params), user_attrs={"retry_of": t.number})
-            if "grid_id" in t.system_attrs:  # the same grid point for GridSampler's bookkeeping (it needs one)
-                waiting = study.get_trials(deepcopy=False, states=(S.WAITING,))[-1]
-                for key in ("grid_id", "search_space"):
-                    study._storage.set_trial_system_attr(waiting._trial_id, key, t.system_attrs[key])
+            _requeue(study, t, "retry_of")
             covered.append(t.params)
             queued += 1
     return queued
+
+
+def _requeue(study, t, why: str) -> None:
+    """Queue trial ``t``'s params again (user attribute ``why`` = its number)."""
+    import optuna
+
+    study.enqueue_trial(dict(t.params), user_attrs={why: t.number})
+    if "grid_id" in t.system_attrs:  # the same grid point for GridSampler's bookkeeping (it needs one)
+        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))[-1]
+        for key in ("grid_id", "search_space"):
+            study._storage.set_trial_system_attr(waiting._trial_id, key, t.system_attrs[key])
+
+
+def stale_trials(study, code: str) -> list:
+    """The completed trials that another code made (their ``flplat.code`` user attribute is not ``code``, or they
+    have none: made before trials recorded it) and that no trial of ``code`` has run again (same params)."""
+    import optuna
+
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    current = [t.params for t in done if t.user_attrs.get(CODE_TAG) == code]
+    return [t for t in done if t.user_attrs.get(CODE_TAG) != code and t.params not in current]
+
+
+def best_trial(study, code: str):
+    """The best completed trial, a trial of other code counting only where no trial of ``code`` ran its params
+    (None: no completed trial)."""
+    import optuna
+
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    stale = {t.number for t in stale_trials(study, code)}
+    usable = [t for t in done if t.user_attrs.get(CODE_TAG) == code or t.number in stale]
+    return max(usable, key=lambda t: t.value, default=None)
+
+
+def _optimize(study, objective, n_trials: int, callbacks=()) -> None:
+    """``study.optimize`` for ``n_trials``, again while queued trials wait: GridSampler stops a study once every
+    grid point has a finished trial, which leaves the points queued again (:func:`retry_interrupted`, stale
+    trials) waiting."""
+    import optuna
+
+    def finished() -> int:  # a queued trial becomes a trial by running: count those that ended
+        return sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+
+    left = n_trials
+    while left > 0:
+        before = finished()
+        study.optimize(objective, n_trials=left, callbacks=list(callbacks))
+        ran = finished() - before
+        left -= ran
+        if ran == 0 or not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            return
 
 
 def _suggest(trial, key: str, spec) -> Any:
@@ -144,9 +192,10 @@ class _Objective:
     not a closure, so that worker processes and Ray tasks can run trials of the same study."""
 
     def __init__(self, config: str, overrides: list[str], space: dict[str, Any], name: str, parent: str | None,
-                 objective_key: str, progress: bool, threads: int | None = None):
+                 objective_key: str, progress: bool, threads: int | None = None, rerun_stale: bool = False):
         self.config, self.overrides, self.space, self.name = config, overrides, space, name
         self.parent, self.objective_key, self.progress, self.threads = parent, objective_key, progress, threads
+        self.rerun_stale, self.code = rerun_stale, None
 
     def __call__(self, trial):
         import optuna
@@ -155,8 +204,14 @@ class _Objective:
 
         study = trial.study
         values = {k: _suggest(trial, k, spec) for k, spec in self.space.items()}
+        if self.code is None:  # once per process (a worker's objective is a copy)
+            self.code = code_identity(load_config(self.config, self.overrides)).key
+        code = self.code
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            if t.params == values:  # a concurrent grid worker already ran this point
+            made_by = t.user_attrs.get(CODE_TAG)
+            if t.params == values and (made_by == code or not self.rerun_stale):  # a concurrent grid worker ran it
+                if made_by:  # the value is that trial's: so is its code
+                    trial.set_user_attr(CODE_TAG, made_by)
                 return t.value
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             if t.number != trial.number and t.params == values:  # another worker is training it right now
@@ -167,6 +222,7 @@ class _Objective:
             over.append(f"fabric.num_threads={self.threads}")
         if self.parent:
             over.append(f"tracking.parent_run_id={self.parent}")
+        trial.set_user_attr(CODE_TAG, code)  # the code that makes its value (flplat.tracking.provenance)
         summary, run_id = run_or_resume(load_config(self.config, over), progress=self.progress)  # continues one
         if run_id:  # interrupted before
             trial.set_user_attr("mlflow_run_id", run_id)
@@ -195,7 +251,7 @@ def _tune_worker(storage: str, name: str, space: dict[str, Any], seed: int, obje
         study = optuna.load_study(study_name=name, storage=make_storage(storage, base.tracking),
                                   sampler=_sampler(space, seed))
     ran: list[int] = []
-    study.optimize(objective, n_trials=n_trials, callbacks=[lambda _study, trial: ran.append(trial.number)])
+    _optimize(study, objective, n_trials, [lambda _study, trial: ran.append(trial.number)])
     return len(ran)
 
 
@@ -215,11 +271,16 @@ def check_shared_storage(storage: str, remote: bool) -> None:
 
 
 def tune(config: str, overrides: list[str], space_path: str, storage: str, study_name: str | None,
-         n_trials: int | None, progress: bool = False, backend=None) -> dict[str, Any]:
+         n_trials: int | None, progress: bool = False, backend=None, rerun_stale: bool = False) -> dict[str, Any]:
     """Run (or resume) a study; returns the best params and value. ``backend``
     (:mod:`flplat.studies.reproduction.execute`): default one worker in this process; ``--jobs N``: N worker
     processes, ``--backend ray``: Ray tasks, each a worker running its share of the trials on the shared storage
-    (SQLite for workers on one machine; an RDB server or a journal file on a shared filesystem for a cluster)."""
+    (SQLite for workers on one machine; an RDB server or a journal file on a shared filesystem for a cluster).
+
+    Each trial records the code that made its value (user attribute ``flplat.code``,
+    :mod:`flplat.tracking.provenance`). Completed trials of other code stay in the study and count (said on stderr;
+    ``stale_trials`` and ``best_from_other_code`` in the result); with ``rerun_stale`` their params are queued and
+    run again, and the new trial's value replaces theirs (:func:`best_trial`)."""
     import optuna
 
     from flplat.studies.reproduction.execute import LocalBackend, Progress, Task
@@ -247,9 +308,11 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     retried = retry_interrupted(study, space)
     if retried:
         print(f"flplat tune: retrying {retried} interrupted trial(s)", file=sys.stderr)
+    code = code_identity(base).key
+    requeued = _stale_note(study, code, rerun_stale)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if n_trials is None:
-        n_trials = max(grid_size(space) - len(done), 0) if grid else 20
+        n_trials = max(grid_size(space) - len(done), 0) + requeued if grid else 20
     what = f"{config} {' '.join(overrides)}".strip()
     desc = (f"Optuna study {name!r} ({'grid' if grid else 'TPE'} over {', '.join(space)} from {space_path}) on "
             f"`{what}`; storage {storage}. Trials are the nested runs; objective {objective_key}, maximised. "
@@ -259,9 +322,10 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     if objective_key != "val_accuracy":
         print("flplat tune: partition.val_fraction is 0; optimising test accuracy (set a validation split)",
               file=sys.stderr)
-    objective = _Objective(config, list(overrides), space, name, parent, objective_key, progress)
+    objective = _Objective(config, list(overrides), space, name, parent, objective_key, progress,
+                           rerun_stale=rerun_stale)
 
-    with _ending(lambda status: parent and _finish_parent(base, parent, study, status)), backend:
+    with _ending(lambda status: parent and _finish_parent(base, parent, study, status, code)), backend:
         if n_trials > 0 and backend.name == "local" and backend.workers == 1:
             prog = Progress(n_trials, 0)
 
@@ -269,7 +333,7 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
                 secs = trial.duration.total_seconds() if trial.duration else 0.0
                 prog.line(f"tune trial {trial.number} {trial.state.name.lower()}", secs, trial.value)
 
-            study.optimize(objective, n_trials=n_trials, callbacks=[trial_done])
+            _optimize(study, objective, n_trials, [trial_done])
         elif n_trials > 0:  # workers on the shared storage, each its share of the trials (another sampler seed)
             objective.progress = False
             n_workers = min(n_trials, backend.slots() if hasattr(backend, "slots") else backend.workers)
@@ -284,9 +348,31 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
                     print(f"flplat tune: {task.label} ran {res} trial(s)", file=sys.stderr, flush=True)
             backend.raise_failures()
     study = optuna.load_study(study_name=name, storage=storage_obj)  # what every worker added
-    best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
+    best = best_trial(study, code)
+    stale = stale_trials(study, code)
     return {"study": name, "trials": len(study.trials), "best_params": best.params if best else None,
-            "best_value": best.value if best else None, "objective": objective_key}
+            "best_value": best.value if best else None, "objective": objective_key, "stale_trials": len(stale),
+            "best_from_other_code": best is not None and best.number in {t.number for t in stale}}
+
+
+def _stale_note(study, code: str, rerun_stale: bool) -> int:
+    """Say how many completed trials other code made; with ``rerun_stale`` queue their params again. Returns how
+    many were queued."""
+    stale = stale_trials(study, code)
+    if not stale:
+        return 0
+    import optuna
+
+    n_done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    if not rerun_stale:
+        print(f"flplat tune: {len(stale)} of {n_done} completed trials come from other code than this command's (or "
+              "from before trials recorded their code): they count; --rerun-stale runs their params again",
+              file=sys.stderr)
+        return 0
+    for t in stale:
+        _requeue(study, t, "rerun_of")
+    print(f"flplat tune: {len(stale)} completed trial(s) of other code queued again (--rerun-stale)", file=sys.stderr)
+    return len(stale)
 
 
 @contextlib.contextmanager
@@ -342,12 +428,11 @@ def _parent_run(cfg, name: str, kind: str, description: str = "", identity: str 
     return run.info.run_id
 
 
-def _finish_parent(cfg, run_id: str, study, status: str) -> None:
+def _finish_parent(cfg, run_id: str, study, status: str, code: str) -> None:
     client, _ = _client(cfg)
     try:
-        done = [t for t in study.trials if t.value is not None]
-        if done:
-            best = max(done, key=lambda t: t.value)
+        best = best_trial(study, code)
+        if best is not None:
             client.log_metric(run_id, "best_value", best.value)
             client.log_text(run_id, OmegaConf.to_yaml(OmegaConf.create(best.params)), "best_params.yaml")
         log_study_plots(client, run_id, study)
@@ -370,7 +455,7 @@ def _sweep_run(cfg, progress: bool, threads: int | None = None) -> tuple[dict[st
 
 
 def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: bool = False,
-                backend=None) -> list[dict]:
+                backend=None, rerun_stale: bool = False) -> list[dict]:
     """Run the same config for several seeds, nested under one parent run; returns each seed's last metrics.
 
     The same sweep run again after an interruption (Ctrl-C, SIGTERM, a kill: its parent is KILLED, FAILED or
@@ -378,7 +463,12 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
     round's metrics are read back from the store), an interrupted seed continues from its checkpoint in its run
     (:func:`flplat.experiment.run_or_resume`), and the parent ends with the mean / std over every seed.
     ``backend`` (:mod:`flplat.studies.reproduction.execute`): where the seeds run (default: one after the other in
-    this process; ``--jobs N``: worker processes; ``--backend ray``: Ray tasks), one progress line per seed."""
+    this process; ``--jobs N``: worker processes; ``--backend ray``: Ray tasks), one progress line per seed.
+
+    A finished seed whose run was made by other code (:mod:`flplat.tracking.provenance`) is used as the other
+    finished seeds, and said: one line per seed, its row's ``stale`` (why), a count on stderr and the parent's tag
+    ``flplat.stale_runs``; with ``rerun_stale`` it is trained again (the old run is tagged
+    ``flplat.superseded_by`` the new one)."""
     from flplat.config_io import config_key
     from flplat.studies.reproduction.execute import LocalBackend, Progress, Task
 
@@ -407,16 +497,22 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
                 client.log_metric(parent, f"{key}_std", statistics.pstdev(vals))
         client.set_terminated(parent, status)
 
+    replaced: dict[int, str] = {}  # seed -> its finished run of other code, trained again (--rerun-stale)
     with _ending(finish), backend:
         tasks = []
         for s, cfg in zip(seeds, cfgs):
             if parent:
                 cfg.tracking.parent_run_id = parent
                 done = _finished_child(base, parent, cfg)
-                if done is not None:
-                    print(f"flplat sweep: seed {s} already finished (run {done[0]}), not trained again",
-                          file=sys.stderr)
-                    out.append({"seed": s, **done[1]})
+                why = done and other_code(CodeIdentity.from_tags(done[2]), code_identity(cfg))
+                if done is not None and why and rerun_stale:
+                    print(f"flplat sweep: seed {s}: its finished run {done[0]} came from {why}: trained again "
+                          "(--rerun-stale)", file=sys.stderr)
+                    replaced[s] = done[0]
+                elif done is not None:
+                    print(f"flplat sweep: seed {s} already finished (run {done[0]}), not trained again" +
+                          (f"; it came from {why}: --rerun-stale trains it again" if why else ""), file=sys.stderr)
+                    out.append({"seed": s, **done[1], **({"stale": why} if why else {})})
                     continue
             devices = int(cfg.fabric.devices) if str(cfg.fabric.devices).isdigit() else 1
             show = progress and backend.name == "local" and backend.workers == 1
@@ -427,17 +523,26 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
                 backend.report(task, err)
                 prog.done += 1
                 continue
-            metrics, _, secs = res
+            metrics, run_id, secs = res
             out.append({"seed": task.item, **metrics})
+            if task.item in replaced and run_id:
+                _client(base)[0].set_tag(replaced[task.item], "flplat.superseded_by", run_id)
             if len(seeds) > 1:
                 prog.line(f"sweep {task.label}", secs, metrics.get("global_accuracy"))
         out.sort(key=lambda o: seeds.index(o["seed"]))
+        stale = [o["seed"] for o in out if "stale" in o]
+        if stale:
+            print(f"flplat sweep: {len(stale)} of {len(seeds)} seeds' runs come from other code than this command's "
+                  f"(seeds {', '.join(map(str, stale))}): used; --rerun-stale trains them again", file=sys.stderr)
+        if parent:
+            _client(base)[0].set_tag(parent, "flplat.stale_runs", str(len(stale)))
         backend.raise_failures()
     return out
 
 
-def _finished_child(base, parent: str, cfg) -> tuple[str, dict[str, float]] | None:
-    """(run id, last round's metrics as logged) of a FINISHED run of ``cfg`` under ``parent``, or None."""
+def _finished_child(base, parent: str, cfg) -> tuple[str, dict[str, float], dict[str, str]] | None:
+    """(run id, last round's metrics as logged, tags) of the newest FINISHED run of ``cfg`` under ``parent``, or
+    None."""
     from flplat.config_io import config_key
     from flplat.tracking.runs import CONFIG_KEY_TAG, runs_by_key
 
@@ -453,4 +558,4 @@ def _finished_child(base, parent: str, cfg) -> tuple[str, dict[str, float]] | No
             at = [m.value for m in client.get_metric_history(run_id, key) if m.step == last]
             if at:
                 metrics[key] = at[-1]
-    return run_id, metrics
+    return run_id, metrics, dict(done[0].data.tags)

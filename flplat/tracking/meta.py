@@ -6,21 +6,20 @@
   the runs table and the metric charts.
 * Run names say what ran: ``<algorithm> <dataset> <partition>[ <param>=<value>] seed=<seed>``, e.g.
   ``fedavg digits dirichlet α=0.3 seed=0`` (``tracking.run_name`` overrides). Tags carry the same fields
-  (``algorithm``, ``dataset``, ``partition``, ``partition_param``, ``seed``) plus ``flplat.version`` and, when
-  the package sits in a git checkout, ``flplat.git_commit`` -- so the runs table can be filtered and grouped
-  by algorithm without opening runs.
+  (``algorithm``, ``dataset``, ``partition``, ``partition_param``, ``seed``) -- so the runs table can be filtered
+  and grouped by algorithm without opening runs -- plus the code that made the run (``flplat.version``,
+  ``flplat.git_commit`` in a git checkout, ``flplat.code``: :mod:`flplat.tracking.provenance`).
 * :class:`ResourceMeter`: the process's CPU time spent in each round and its peak resident memory so far
   (``resource.getrusage``), logged per round as ``cpu_time_s`` and ``peak_rss_mb``.
 """
 
 from __future__ import annotations
 
-import functools
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
+
+from flplat.tracking.provenance import code_identity, git_commit  # noqa: F401  (git_commit: re-exported)
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING_KIND = "custom_model_development"
@@ -72,31 +71,11 @@ def run_name(params: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-@functools.lru_cache(maxsize=1)
-def git_commit() -> str | None:
-    """The commit of the git checkout holding the flplat package (with ``-dirty`` when it has changes), or None
-    (an installed wheel, no git)."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-        if sha.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return sha.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
-
-
-def provenance_tags() -> dict[str, str]:
-    """``flplat.version`` and, when available, ``flplat.git_commit``."""
-    from flplat import __version__
-
-    tags = {"flplat.version": __version__}
-    commit = git_commit()
-    if commit:
-        tags["flplat.git_commit"] = commit
-    return tags
+def provenance_tags(params: dict[str, Any] | None = None) -> dict[str, str]:
+    """The code identity of a run of ``params`` as tags (``flplat.version``, ``flplat.git_commit`` when in a git
+    checkout, ``flplat.code``, ``flplat.code.source``, ``flplat.code.plugins``: :mod:`flplat.tracking.provenance`);
+    without ``params``, flplat's own (no plugin)."""
+    return code_identity(params).to_tags()
 
 
 def run_tags(params: dict[str, Any]) -> dict[str, str]:
@@ -106,7 +85,7 @@ def run_tags(params: dict[str, Any]) -> dict[str, str]:
     setting = partition_setting(params)
     if setting:
         tags["partition_param"] = f"{setting[0]}={setting[1]}"
-    return {**tags, **provenance_tags()}
+    return {**tags, **provenance_tags(params)}
 
 
 class ResourceMeter:

@@ -1,11 +1,15 @@
 """Studies (sweep, tune, reproduce) continue their own interrupted runs: a run is found by a key tag, a child run by
 its config hash (:func:`flplat.config_io.config_key`), a sweep / study parent by the hash of what defines the study.
 An unfinished run is continued from its checkpoint, replaced, or -- while it still shows a live heartbeat
-(:func:`flplat.tracking.heartbeat.is_stale`) -- left alone; every decision is one line on stderr.
+(:func:`flplat.tracking.heartbeat.is_stale`) -- left alone; every decision is one line on stderr. A sharded run
+decides once, in rank 0, and every process follows (:func:`agree`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from flplat.errors import ConfigError, RunFailed, first_line
 from flplat.tracking.heartbeat import heartbeat_age, is_stale, process_tags, stale_after
 from flplat.tracking.store import checkpoint_path, open_client, store_uris
 
@@ -136,3 +140,50 @@ def claim_unfinished(tracking_cfg, key: str, owner: str | None = None) -> tuple[
             client.set_tag(r.info.run_id, "flplat.stale", "true")
             client.set_terminated(r.info.run_id, "KILLED")
     return resume, ([] if resume_id else [r.info.run_id for r in others])
+
+
+def agree(tracking_cfg, decide: Callable[[], tuple[dict | None, dict[str, str] | None]]
+          ) -> tuple[dict | None, dict[str, str] | None]:
+    """``decide()`` taken by rank 0 of the process group and followed by every process: rank 0 decides (looking the
+    run up changes the store, so no other process may), broadcasts the id of the run to resume (or none) and the
+    tags, and the other processes load that run's checkpoint themselves (one node: the same file; several nodes:
+    ``tracking.checkpoint_dir`` must be a directory every node mounts). A process that cannot read it fails them
+    all with one line; a failure of rank 0's decision ends the others too. Without a process group: ``decide()``."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return decide()
+    rank = dist.get_rank()
+    resume, tags, failed = None, None, None
+    if rank == 0:
+        try:
+            resume, tags = decide()
+        except BaseException as e:
+            failed = e
+    box = [(resume["meta"]["run_id"] if resume is not None else None, tags,
+            f"{type(failed).__name__}: {first_line(failed)}" if failed is not None else None)]
+    dist.broadcast_object_list(box, src=0)
+    run_id, tags, why = box[0]
+    if failed is not None:
+        raise failed
+    if why is not None:
+        raise RunFailed(f"rank 0 could not look up the run to resume ({why})")
+    if run_id is None:
+        return None, tags
+    problem = None
+    if rank != 0:
+        from flplat.engine import checkpoint
+
+        path = checkpoint_path(tracking_cfg, run_id)
+        try:
+            resume = checkpoint.load(path)
+        except Exception as e:
+            problem = f"rank {rank} cannot read the checkpoint {path} of run {run_id} ({type(e).__name__}: " \
+                      f"{first_line(e)})"
+    problems = [None] * dist.get_world_size()
+    dist.all_gather_object(problems, problem)
+    bad = next((x for x in problems if x), None)
+    if bad:
+        raise ConfigError(f"tracking.checkpoint_dir: {bad}; allowed: a directory every process of a sharded run sees "
+                          "at the same path (several nodes: a shared filesystem)")
+    return resume, tags

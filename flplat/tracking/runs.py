@@ -120,11 +120,10 @@ class MlflowCallback(Callback):
         import mlflow  # noqa: F401  (import cost only when tracking is on)
 
         self.cfg = tracking_cfg
-        uri, artifact_location = store_uris(tracking_cfg.uri, tracking_cfg.store_dir,
-                                            getattr(tracking_cfg, "artifact_root", None))
-        self.client = open_client(uri)
-        self.uri = uri
-        self.experiment_id = ensure_experiment(self.client, tracking_cfg.experiment, artifact_location)
+        self.uri, self.artifact_location = store_uris(tracking_cfg.uri, tracking_cfg.store_dir,
+                                                      getattr(tracking_cfg, "artifact_root", None))
+        self.client = None  # the store is opened when the run starts (on_start)
+        self.experiment_id: str | None = None
         self.params = params
         self.config_yaml = config_yaml
         self.run_metrics = run_metrics
@@ -139,6 +138,10 @@ class MlflowCallback(Callback):
 
     # ------------------------------------------------------------------------------------------------
     def on_start(self, orch: Orchestrator) -> None:
+        # opened here, after the strategy's init_state: an input error found there (a ConfigError: one line, exit 2)
+        # leaves no store, experiment or run behind, like one found while the run is prepared
+        self.client = open_client(self.uri)
+        self.experiment_id = ensure_experiment(self.client, self.cfg.experiment, self.artifact_location)
         self.meter = ResourceMeter()
         if self.resume_run_id:
             self._resume(orch)
@@ -165,11 +168,30 @@ class MlflowCallback(Callback):
                 self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), ts, t) for k, v in merged.items()
                                                             if np.isfinite(v)])
         self.logged_up_to = max(self.logged_up_to, len(orch.history))
-        n = int(self.client.get_run(self.run_id).data.tags.get("flplat.resumed", "0"))
+        tags = self.client.get_run(self.run_id).data.tags
+        n = int(tags.get("flplat.resumed", "0"))
         self.client.set_tag(self.run_id, "flplat.resumed", str(n + 1))
+        self._mark_mixed(tags)
         self.client.set_tag(self.run_id, f"flplat.resumed_{n + 1}_at_round", str(orch.start_round - 1))
-        if OWNER_TAG in self.extra_tags:  # who runs it now (a retried task finds it by this)
-            self.client.set_tag(self.run_id, OWNER_TAG, self.extra_tags[OWNER_TAG])
+        for key in (OWNER_TAG, "flplat.processes"):  # who runs it now (a retried task finds it by this), in how many
+            if key in self.extra_tags:                 # processes (flplat.experiment.run)
+                self.client.set_tag(self.run_id, key, self.extra_tags[key])
+
+    def _mark_mixed(self, tags: dict[str, str]) -> None:
+        """A run continued by other code than the one that made its earlier rounds records ``flplat.code=mixed``
+        (no study reuses it as this code's: :mod:`flplat.tracking.provenance`) and says so in one line."""
+        import sys
+
+        from flplat.tracking.provenance import CODE_TAG, MIXED, CodeIdentity, code_identity
+
+        now, before = code_identity(self.params), CodeIdentity.from_tags(tags)
+        if before is not None and before.key == now.key:
+            return
+        was = before.describe() if before is not None else "code it did not record (an earlier flplat)"
+        print(f"flplat: run {self.run_id} was started by other code ({was}); its rounds from here on run with "
+              f"{now.describe()}, and it records {CODE_TAG}={MIXED}", file=sys.stderr, flush=True)
+        self.client.set_tag(self.run_id, CODE_TAG, MIXED)
+        self.client.set_tag(self.run_id, f"{CODE_TAG}.resumed_by", now.key)
 
     def _create(self, orch: Orchestrator) -> None:
         from mlflow.entities import Metric, Param

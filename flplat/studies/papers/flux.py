@@ -5,7 +5,7 @@ number of distributions M (the ``true M`` row: the partition's ``num_distributio
 paper reports neither ARI nor τ as numbers (its claim, §3 and App. D.2, is that Flux finds M without being told;
 IFCA and FeSEM are given the true M, App. E.1, Flux-prior too, App. D.2); both are our additions, with PNG figures.
 A method that has not formed clusters by the last round (Flux before its dynamic start, e.g. at smoke scale's 2
-rounds) logs no τ: its cell reads "not run".
+rounds) logs no τ: its cell reads "finished, clustering never started" with a note giving what the run logged.
 
 The four tables share their runs (same resolved configs): running ``test_phase`` after ``known_association`` trains
 nothing new. Reduced scale (docs/results.md): 500 samples per client (the paper deals the pool evenly, about 3,000

@@ -6,6 +6,11 @@
 * :mod:`.store` -- the MLflow side: finished runs by config hash, runs of an earlier flplat that stand for a job,
   the parent run per table, the reasons runs were skipped;
 * :mod:`.execute` -- running the jobs not finished yet through a backend (this process, worker processes or Ray
-  tasks) with a progress line;
+  tasks) with a progress line, and the finished runs of other code (``--rerun-stale``); :mod:`.ray_address` -- the
+  probe of a Ray cluster's ``--address`` before anything runs;
+* :mod:`.collect` -- what a table shows, collected from its runs (values, reasons, runs of other code, the rows
+  whose every run was refused);
+* :mod:`.jobs` -- ``--print-jobs``: the unfinished runs as self-contained shell commands or a SLURM job-array
+  script;
 * :mod:`.render` -- the verdicts and the markdown table; :mod:`.figures` -- the bar and curve charts of the tables.
 """

@@ -7,7 +7,9 @@ does the same thing in every backend: :func:`flplat.experiment.run_or_resume` (a
 checkpoint); a job whose config fails while its run is prepared (e.g. an infeasible partition) is skipped with its
 reason, a job whose dataset's files are absent with "data not found: <where to get them>" (:func:`skip_reason`); a
 run that fails for its own reasons (an exception) is reported in one line and the others go on (the command
-then exits 1; a re-run resumes it); one progress line per finished run (:class:`Progress`).
+then exits 1; a re-run resumes it); one progress line per finished run (:class:`Progress`). A finished run of other
+code than its job's now (:meth:`Store.stale`) stands for its job, said in one line (:func:`stale_line`), unless
+``--rerun-stale`` asks to train it again.
 
 Ray: a task whose worker or node dies (killed, preempted, lost) is retried by Ray (``max_retries``, system failures
 only; ``retry_exceptions=False``: a run's own exception is not retried) and continues from the checkpoint its earlier
@@ -28,7 +30,7 @@ from typing import Any
 from flplat.data.files import DataUnavailableError
 from flplat.errors import ConfigError, RunFailed
 from flplat.studies.reproduction.grid import Job, Table
-from flplat.studies.reproduction.store import Store
+from flplat.studies.reproduction.store import OTHER_CODE, UNKNOWN_CODE, Store
 
 OWNER_ENV = "FLPLAT_RUN_OWNER"  # set while a Ray task runs: the owner tag of its MLflow run (flplat.owner)
 RAY_INSTALL = 'pip install -e ".[ray]"'
@@ -230,16 +232,27 @@ class RayBackend(Backend):
         self.address, self.gpus, self.cpus, self.max_retries = address, gpus_per_run, cpus_per_run, max_retries
         self.ray = ray_module()
         self._started = False
+        self._probed = False
 
     @property
     def remote(self) -> bool:
         """A cluster (``--address``) whose other nodes cannot see this machine's files."""
         return self.address not in (None, "", "local")
 
+    def check_cluster(self) -> None:
+        """With ``--address``: one short probe of the cluster, a one-line ConfigError (exit 2) when it does not
+        answer, instead of Ray's minutes of retries and its traceback (:mod:`.ray_address`); once."""
+        if self.remote and not self._probed:
+            from flplat.studies.reproduction.ray_address import check_cluster
+
+            check_cluster(str(self.address))
+            self._probed = True
+
     def connect(self) -> None:
         """Connect on the first runs (nothing to run: no Ray start-up): to ``--address``, else a local instance."""
         ray = self.ray
         if not ray.is_initialized():
+            self.check_cluster()
             passed = ("MLFLOW_TRACKING_URI", "PYTHONPATH", "FLPLAT_PLUGINS")  # the store, the code, --plugin modules
             env = {k: os.environ[k] for k in passed if os.environ.get(k)}
             kw: dict[str, Any] = {"runtime_env": {"env_vars": env}} if env else {}
@@ -267,7 +280,9 @@ class RayBackend(Backend):
     def check_shared(self, tracking_cfg) -> None:
         """With a cluster (``--address``): the tracking store must be a server (http/https) or a shared database
         (postgresql://, mysql://, ...), and the checkpoints (``tracking.checkpoint_dir``) an absolute path of a
-        directory every node mounts; a local path would leave each node its own record (exit 2)."""
+        directory every node mounts; a local path would leave each node its own record (exit 2). First of all the
+        cluster must answer (:meth:`check_cluster`): every study calls this before its first MLflow run."""
+        self.check_cluster()
         if not self.remote or not tracking_cfg.enabled:
             return
         from flplat.tracking.store import store_uris
@@ -359,33 +374,66 @@ def job_task(job: Job, parent: str | None) -> Task:
                 int(fab.devices) if str(fab.devices).isdigit() else 1, str(fab.accelerator))
 
 
-def unfinished(paper: str, jobs: list[Job], store: Store) -> tuple[list[Job], dict[str, tuple], int]:
+def unfinished(paper: str, jobs: list[Job], store: Store, rerun_stale: bool = False
+               ) -> tuple[list[Job], dict[str, tuple], int]:
     """(the jobs no finished run stands for, one per config hash; the finished runs by hash; the number of
-    distinct runs of the grid)."""
+    distinct runs of the grid). With ``rerun_stale``, a job whose finished run comes from other code
+    (:meth:`Store.stale`) is among the jobs to run, and its run is left out of the finished ones."""
     done = store.finished(paper)
     todo, seen = [], set()
     for j in jobs:
+        if rerun_stale and j.key in done and store.stale(done[j.key][0], j.code):
+            store.replaced[j.key] = done.pop(j.key)[0]
         if j.key not in done and j.key not in seen:
             todo.append(j)
             seen.add(j.key)
-    todo = store.match_older(paper, todo, done)
+    todo = store.match_older(paper, todo, done, rerun_stale)
     return todo, done, len({j.key for j in jobs})  # cells that read one run (PQFed's Table VIII stages) count once
 
 
+def stale_runs(jobs: list[Job], done: dict[str, tuple], store: Store) -> dict[str, str]:
+    """Why each finished run of ``jobs`` that comes from other code does (:meth:`Store.stale`), by run id."""
+    out = {}
+    for j in jobs:
+        run_id = done.get(j.key, (None,))[0]
+        why = store.stale(run_id, j.code) if run_id else None
+        if why:
+            out[run_id] = why
+    return out
+
+
+def stale_line(table: str, stale: dict[str, str], total: int) -> str:
+    """The line that says how many of a table's ``total`` finished runs come from other code."""
+    kinds = {k: sum(v == k for v in stale.values()) for k in (OTHER_CODE, UNKNOWN_CODE)}
+    parts = [f"{n} {what}" for n, what in ((kinds[OTHER_CODE], "made by another flplat source or plugin code"),
+                                          (kinds[UNKNOWN_CODE], "made before runs recorded their code")) if n]
+    return (f"{table}: {len(stale)} of {total} runs come from other code than this command's ({', '.join(parts)}): "
+            "shown, marked in their cells; --rerun-stale trains them again")
+
+
 def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: str, n_jobs: int | Backend,
-             render_only: bool = False, skipped: dict[str, str] | None = None) -> dict[str, tuple]:
+             render_only: bool = False, skipped: dict[str, str] | None = None, rerun_stale: bool = False
+             ) -> dict[str, tuple]:
     """Run the jobs not finished yet through ``n_jobs`` (a :class:`Backend`, or N for :class:`LocalBackend`);
     returns (run id, metrics) by config hash for every job (run now or before). ``render_only``: run nothing; the
     jobs not finished are left out (the table shows them as not run). ``skipped`` (filled in): the reason of every
     job skipped now or by an earlier command (recorded on ``parent``), by hash. Runs that failed for their own
-    reasons are reported as they end; after the others finished, :class:`RunFailed` names them."""
+    reasons are reported as they end; after the others finished, :class:`RunFailed` names them. A finished run of
+    other code is used and said in one line (:func:`stale_line`); with ``rerun_stale`` its job runs again (the old
+    run is tagged ``flplat.superseded_by`` the new one)."""
     backend = n_jobs if isinstance(n_jobs, Backend) else LocalBackend(n_jobs)
     skipped = {} if skipped is None else skipped
     skipped.update(store.skipped(parent))
-    todo, done, total = unfinished(paper, jobs, store)
+    todo, done, total = unfinished(paper, jobs, store, rerun_stale)
     prog = Progress(total, total - len(todo))
     if len(todo) < total:
         print(f"{table.id}: {total - len(todo)} of {total} runs already finished, skipped", file=sys.stderr)
+    stale = stale_runs(jobs, done, store)
+    if stale:
+        print(stale_line(table.id, stale, len({done[j.key][0] for j in jobs if j.key in done})), file=sys.stderr)
+    replaced = [k for k in store.replaced if k in {j.key for j in todo}]
+    if replaced:
+        print(f"{table.id}: {len(replaced)} run(s) from other code trained again (--rerun-stale)", file=sys.stderr)
     if render_only:
         if todo:
             print(f"{table.id}: {len(todo)} of {total} runs not finished, shown as not run (--render-only)",
@@ -408,6 +456,9 @@ def run_grid(paper: str, table: Table, jobs: list[Job], store: Store, parent: st
             continue
         if run_id:
             store.tag(run_id, paper, job)
+            store.codes[run_id] = job.code
+            if key in store.replaced:
+                store.client.set_tag(store.replaced.pop(key), "flplat.superseded_by", run_id)
         done[key] = (run_id, metrics)
         prog.step(job, secs, metrics.get(table.metric))
     _note_failures(store, jobs, done, skipped)

@@ -15,6 +15,7 @@ from typing import Any
 
 from flplat.config_io import config_key
 from flplat.errors import ConfigError
+from flplat.tracking.provenance import CodeIdentity, code_identity
 
 PAPERS = ("clust-psi-pfl", "cafa", "dapfl", "flux", "pqfed")
 SCALES = ("smoke", "reduced", "paper")
@@ -106,7 +107,11 @@ class Table:
         return method == self.reference or method in (self.focus or [self.methods[-1].name])
 
 
-ADDED_LABEL = re.compile(r"[A-Za-z0-9_.+\-]+")
+# a row label: text with a letter or digit, spaces and signs as the papers' own rows ("Flux + noise guard", "Flux (d'
+# only)"), without "=" (it ends the label), "," (--methods splits at it), "|" (a markdown cell), ":", "#", "$" (the
+# label is in the run's tracking.run_name override, where they would be YAML or an interpolation) or control chars
+_NOT_IN_LABEL = r"=,|:#$\x00-\x1f\x7f"
+ADDED_LABEL = re.compile(rf"[^{_NOT_IN_LABEL}]*[A-Za-z0-9][^{_NOT_IN_LABEL}]*")
 
 
 def parse_added_method(spec: str) -> Method:
@@ -115,12 +120,15 @@ def parse_added_method(spec: str) -> Method:
     algorithm is ``algorithm.name`` of the overrides; without one, NAME itself must be a registered algorithm
     (``--add-method fedprox`` or ``"fedprox=algorithm.mu=0.1"``)."""
     from flplat.algorithms import ALGORITHMS
+    from flplat.plugins import load_plugins
 
+    load_plugins()  # NAME may be an installed plugin's algorithm (entry points, $FLPLAT_PLUGINS)
     label, _, rest = spec.partition("=")
     label = label.strip()
     if not ADDED_LABEL.fullmatch(label):
-        raise ConfigError(f"--add-method={spec!r}: the row label {label!r} must be letters, digits or _.+- ; "
-                          "allowed: NAME=key=value,... e.g. \"MyAlgo=algorithm.name=myalgo,algorithm.mu=0.1\"")
+        raise ConfigError(f"--add-method={spec!r}: the row label {label!r} must have a letter or digit and none of "
+                          "',|:#$' (spaces and other signs are fine); allowed: NAME=key=value,... e.g. "
+                          "\"My algo + guard=algorithm.name=myalgo,algorithm.mu=0.1\"")
     overrides = [o.strip() for o in re.split(r",(?=\s*[A-Za-z_][\w.]*=)", rest) if o.strip()] if rest.strip() else []
     for o in overrides:
         if not re.fullmatch(r"[A-Za-z_][\w.]*=.*", o):
@@ -185,6 +193,7 @@ class Job:
     config: str | None
     overrides: list[str]
     key: str  # hash of the resolved config
+    code: CodeIdentity | None = None  # the code that would make its run now (flplat.tracking.provenance)
 
 
 def select(items, names: Sequence[str] | None, what: str, attr: str):
@@ -257,5 +266,5 @@ def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, ce
                         f"tracking.run_name={table.id}/{c.id}/{m.name}/s{s}"]
                 path = str(REPO / (m.config or c.config)) if (m.config or c.config) else None
                 cfg = load_config(path, over)
-                jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg)))
+                jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg), code_identity(cfg)))
     return jobs

@@ -6,7 +6,12 @@ leaves the reason on the table's parent run as the tag ``flplat.reproduce.skippe
 ``--render-only`` shows why the cell was not run (a reason is shown only while its job has no finished run).
 A run logged before the partition metrics ``hellinger``, ``jsd``, ``emd`` became FedArtML's multi-client
 definitions has its three values read back as ``*_to_global`` (what they were), never under the new names
-(:func:`flplat.metrics.noniid.current_metrics`)."""
+(:func:`flplat.metrics.noniid.current_metrics`).
+
+Every finished run read back keeps the code identity it recorded (:attr:`Store.codes`,
+:mod:`flplat.tracking.provenance`); :meth:`Store.stale` says whether it comes from other code than its job's now
+(see :mod:`flplat.studies.reproduce` for what the tables do with it). A finished run without the table's value says
+why (:meth:`Store.no_value`: e.g. a clustered method whose clustering never started logs no τ)."""
 
 from __future__ import annotations
 
@@ -14,9 +19,17 @@ import sys
 
 from flplat.metrics.noniid import current_metrics
 from flplat.studies.reproduction.grid import Job
+from flplat.tracking.provenance import CodeIdentity
 
 SKIP_TAG = "flplat.reproduce.skipped."
 FAILED = "failed: "  # the reason of a job whose run ended with an error (e.g. diverged), as the tables show it
+# the reason of a job whose run finished without the table's value: a clustered method that never formed clusters
+# (no tau / ari logged), or any other metric the run did not log
+NO_CLUSTERS = "finished, clustering never started: "
+NO_VALUE = "finished without a value: "
+CLUSTERING_METRICS = ("tau", "ari")
+OTHER_CODE = "other code"  # a finished run made by other code than this command's (flplat.tracking.provenance)
+UNKNOWN_CODE = "unknown code"  # one logged before runs recorded their code
 
 # Keys added with a default that changes what a run does (where the condition's params hold): a run made before the
 # key existed ran with the value given here, so it stands for a new run only when the new run asks for that value.
@@ -100,6 +113,9 @@ class Store:
         reachable_uri(None, store_dir)  # one short probe, before MLflow retries an unreachable server for minutes
         uri, artifacts = store_uris(None, store_dir)
         self.client = MlflowClient(tracking_uri=uri)
+        # run id -> the code that made it (None: not recorded), for the runs read back and the runs made now
+        self.codes: dict[str, CodeIdentity | None] = {}
+        self.replaced: dict[str, str] = {}  # config hash -> the run of other code a job runs again (--rerun-stale)
         exp = self.client.get_experiment_by_name(experiment)
         self.exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment,
                                                                                  artifact_location=artifacts)
@@ -117,13 +133,27 @@ class Store:
         """(run id, metrics) of the FINISHED runs of this paper's reproduction, by config hash (the newest wins)."""
         runs = self._search(f"attributes.status = 'FINISHED' and tags.`flplat.reproduce.paper` = '{paper}'")
         runs.sort(key=lambda r: r.info.start_time)
+        self.codes.update({r.info.run_id: CodeIdentity.from_tags(r.data.tags) for r in runs})
         return {r.data.tags["flplat.reproduce.key"]: (r.info.run_id, current_metrics(dict(r.data.metrics)))
                 for r in runs if "flplat.reproduce.key" in r.data.tags}
 
-    def match_older(self, paper: str, todo: list[Job], done: dict[str, tuple[str, dict[str, float]]]) -> list[Job]:
+    def stale(self, run_id: str, code: CodeIdentity | None) -> str | None:
+        """Why run ``run_id`` does not come from ``code`` (the code of its job now): :data:`OTHER_CODE` (it recorded
+        another code identity, or ``mixed``), :data:`UNKNOWN_CODE` (it recorded none), or None (same code, or a run
+        this command made)."""
+        if run_id not in self.codes:
+            return None
+        have = self.codes[run_id]
+        if have is None:
+            return UNKNOWN_CODE
+        return None if code is None or have.key == code.key else OTHER_CODE
+
+    def match_older(self, paper: str, todo: list[Job], done: dict[str, tuple[str, dict[str, float]]],
+                    rerun_stale: bool = False) -> list[Job]:
         """The jobs of ``todo`` that no finished run stands for. A FINISHED run of this paper whose hash no longer
         matches (made before flplat gained config keys) stands for a job when :func:`compatible` says so: it is
-        re-tagged with the job's hash, added to ``done`` and reported in one line."""
+        re-tagged with the job's hash, added to ``done`` and reported in one line. With ``rerun_stale`` a run of
+        other code (:meth:`stale`) stands for nothing: its job runs again."""
         if not todo:
             return todo
         from flplat.experiment import load_config
@@ -142,6 +172,9 @@ class Store:
                 defaults[name] = run_params(load_config(None, [f"algorithm.name={name}"]))
             match = None
             for r in older:
+                self.codes.setdefault(r.info.run_id, CodeIdentity.from_tags(r.data.tags))
+                if rerun_stale and self.stale(r.info.run_id, j.code):
+                    continue
                 if r.data.params.get("seed") == params.get("seed") and \
                         r.data.params.get("algorithm.name") == name:
                     added = compatible(params, r.data.params, defaults[name])
@@ -201,6 +234,27 @@ class Store:
         runs.sort(key=lambda r: r.info.start_time)
         return {r.data.tags["flplat.config_key"]: FAILED + r.data.tags.get("flplat.error", "no error recorded")
                 for r in runs if "flplat.config_key" in r.data.tags}
+
+    def no_value(self, run_id: str, metric: str) -> str:
+        """Why finished run ``run_id`` has no ``metric``: :data:`NO_CLUSTERS` for τ and ARI (a clustered method whose
+        clustering never started; with Flux's ``clustering_started`` and ``algorithm.start_round``, what they say)
+        or :data:`NO_VALUE`, then what the run logged."""
+        run = self.client.get_run(run_id)
+        params, metrics = run.data.params, run.data.metrics
+        name = metric.partition("@")[0]
+        rounds = params.get("federation.rounds", "?")
+        started = metrics.get("clustering_started")
+        if name not in CLUSTERING_METRICS:
+            return f"{NO_VALUE}the run finished after {rounds} rounds without logging {name}"
+        why = [f"the run finished after {rounds} rounds without logging {name}"]
+        if started == 0:
+            why.append("clustering_started = 0 at its last round")
+        start = params.get("algorithm.start_round")
+        if start == "0":
+            why.append("algorithm.start_round=0: the dynamic start rule did not fire within its rounds")
+        elif start is not None and start.isdigit() and rounds.isdigit() and int(start) > int(rounds):
+            why.append(f"algorithm.start_round={start} is after its last round")
+        return NO_CLUSTERS + "; ".join(why)
 
     def skip(self, parent: str, key: str, reason: str) -> None:
         self.client.set_tag(parent, SKIP_TAG + key, reason[:5000])

@@ -1,0 +1,119 @@
+"""What a table of ``flplat reproduce`` shows, collected from its runs: a train table's jobs run (or found) through
+:func:`~flplat.studies.reproduction.execute.run_grid`, then per (cell, method) our values over the seeds, the run
+ids, the seeds without a value with their reason (skipped, failed, finished without the value), how many runs come
+from other code (:mod:`flplat.tracking.provenance`), and the rows whose every run was refused before it started
+(:func:`refused_rows`: the command exits 1 with them); an analysis table's values per (cell, row) over the seeds
+(:func:`collect_analysis`)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flplat.data.files import DataUnavailableError
+from flplat.data.splits import InfeasiblePartitionError
+from flplat.studies.reproduction.execute import run_grid, skip_reason, stale_runs
+from flplat.studies.reproduction.grid import Job, Table, select
+from flplat.studies.reproduction.store import FAILED, Store
+
+
+@dataclass
+class Collected:
+    """A table's values and what stands behind them, by (cell, method): our values over the seeds, the run ids, the
+    seeds without a value with the reason (prefixed by its kind, :data:`flplat.studies.reproduction.render.KINDS`),
+    how many of the runs come from other code; the runs of other code (run id -> why), the number of distinct runs
+    and the lines of the rows every run of which was refused."""
+
+    ours: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    run_ids: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    skips: dict[tuple[str, str], list[tuple[int, str]]] = field(default_factory=dict)
+    stale: dict[tuple[str, str], int] = field(default_factory=dict)
+    stale_ids: dict[str, str] = field(default_factory=dict)
+    n_runs: int = 0
+    refused: list[str] = field(default_factory=list)
+
+
+def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: str, n_jobs, render_only: bool,
+                  rerun_stale: bool, out_dir: str | None, stem: str) -> Collected:
+    """Run (or find) a train table's jobs (:func:`run_grid`) and collect what the table shows (:class:`Collected`);
+    with ``out_dir``, the raw per-run records behind the table as JSON lines ``<stem>_runs.jsonl`` (each with the
+    code that made its run and whether it is another code than its job's now)."""
+    got = Collected()
+    reasons: dict[str, str] = {}
+    metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only, reasons, rerun_stale)
+    got.stale_ids = stale_runs(jobs, metrics, store)
+    row_metric = {m.name: m.metric for m in t.methods}
+    col_metric = {c.id: c.metric for c in t.cells}
+    records, runs = [], set()
+    for j in jobs:
+        run_id, m = metrics.get(j.key, (None, {}))
+        where, metric = (j.cell, j.method), row_metric[j.method] or col_metric[j.cell] or t.metric
+        if run_id is None and j.key in reasons:
+            got.skips.setdefault(where, []).append((j.seed, reasons[j.key]))
+        if not run_id:
+            continue
+        runs.add(run_id)
+        got.run_ids.setdefault(where, []).append(run_id)
+        v = store.value(run_id, m, metric)
+        if v is not None:
+            got.ours.setdefault(where, []).append(v)
+            got.stale[where] = got.stale.get(where, 0) + (run_id in got.stale_ids)
+        else:  # finished without the value (e.g. a clustered method that never formed clusters): say why
+            got.skips.setdefault(where, []).append((j.seed, store.no_value(run_id, metric)))
+        code = store.codes.get(run_id)
+        records.append({"table": t.id, "cell": j.cell, "method": j.method, "seed": j.seed, "run_id": run_id,
+                        "config_key": j.key, "value": v, "metrics": m, "code": code.to_dict() if code else None,
+                        "stale": got.stale_ids.get(run_id)})
+    got.n_runs = len(runs)
+    got.refused = refused_rows(t, jobs, metrics, reasons)
+    if out_dir:  # the raw per-run records behind the table
+        import json
+
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(out_dir) / f"{stem}_runs.jsonl", "w") as fh:
+            fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    return got
+
+
+def refused_rows(t: Table, jobs: list[Job], metrics: dict, reasons: dict[str, str]) -> list[str]:
+    """One line per row (method) of the table whose every run was refused before it started (skipped with a
+    reason, no run exists; a run that ended FAILED started, and is not counted here), with the reasons."""
+    lines = []
+    for name in dict.fromkeys(j.method for j in jobs):
+        keys = list(dict.fromkeys(j.key for j in jobs if j.method == name))
+        if all(metrics.get(k, (None,))[0] is None and k in reasons and not reasons[k].startswith(FAILED)
+               for k in keys):
+            why = " / ".join(dict.fromkeys(" ".join(reasons[k].split()) for k in keys))
+            lines.append(f"{t.id}: row {name!r}: all {len(keys)} of its runs were refused before they started: {why}")
+    return lines
+
+
+def collect_analysis(t: Table, sd: Sequence[int], cells, scale: str, store: Store, parent: str):
+    """An analysis table's values per (cell, row) over the seeds (each mean logged to ``parent``) and the cells
+    skipped because the data cannot meet them, with the reason."""
+    ours: dict[tuple[str, str], list[float]] = {}
+    skips: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for s in sd:  # seeds outside: an analysis may cache per seed what its cells share
+        for c in select(t.cells, cells, "cells", "id"):
+            t0 = time.perf_counter()
+            try:
+                rows = t.analyze(c, s, scale)
+            except (InfeasiblePartitionError, DataUnavailableError) as e:  # the data cannot meet this cell or
+                why = skip_reason(e)                                            # are absent: skip it, say why
+                print(f"{t.id} {c.id} seed {s}: skipped ({e})", file=sys.stderr, flush=True)
+                for m in t.methods:
+                    skips.setdefault((c.id, m.name), []).append((s, why))
+                continue
+            for name, v in rows.items():
+                ours.setdefault((c.id, name), []).append(v)
+            print(f"{t.id} {c.id} seed {s} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
+    ours = {k: ours[k] for k in sorted(ours, key=lambda k: [c.id for c in t.cells].index(k[0]))}
+    for (cid, name), vals in ours.items():
+        key = re.sub(r"[^\w\-. /]", "_", f"{cid}.{name}")[:250]  # MLflow's allowed characters
+        store.client.log_metric(parent, key, statistics.fmean(vals))
+    return ours, skips
