@@ -51,7 +51,7 @@ def warn_unused(cfg: DictConfig) -> None:
     for section in SWITCHABLE:
         unused = cfg.get(f"{section}_unused")
         if unused:
-            log.warning("%s.name=%s does not use the config file's %s (keys of another %s); they are carried, not "
+            log.warning("%s.name=%s does not use the config's %s (keys of another %s); they are carried, not "
                         "used, and logged as %s_unused.*", section, cfg[section].name,
                         ", ".join(f"{section}.{k}" for k in unused), "dataset" if section == "data" else section,
                         section)

@@ -91,8 +91,8 @@ def test_switching_data_and_partition_by_override_sets_the_files_keys_aside(tmp_
     assert cfg.partition.name == "dirichlet" and cfg.partition.alpha == 0.7 and cfg.partition.num_clients == 5
     assert cfg.data.max_train_samples == 200  # a shared key stays
     assert dict(cfg.partition_unused) == {"type": "label", "level": 4} and dict(cfg.data_unused) == {"samples": 300}
-    assert "partition.name=dirichlet does not use the config file's partition.type, partition.level" in caplog.text
-    assert "data.name=digits does not use the config file's data.samples" in caplog.text
+    assert "partition.name=dirichlet does not use the config's partition.type, partition.level" in caplog.text
+    assert "data.name=digits does not use the config's data.samples" in caplog.text
     assert "partition_unused:" in to_yaml(cfg)
     with pytest.raises(ConfigError, match="unknown key partition.type for partition 'dirichlet'"):
         load_config(str(f), ["partition.name=dirichlet", "partition.type=label"])  # an override stays an error
