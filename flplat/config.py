@@ -170,6 +170,10 @@ class TrackingConfig:
     log_personal_models: bool = False  # also every client's final model (K x P: as large as the client store)
     system_metrics: bool = True  # MLflow's system/* metrics when psutil is installed (extra [system])
     system_metrics_interval: float = 10.0  # seconds between system-metric samples
+    # TWEMA smoothing p in [0, 1] of the per-round curves `flplat reproduce` draws (CAFA Fig. 6; 0: raw). CAFA names
+    # the smoothing but gives no parameter: 0.9 decays the past by 0.70 per round over 150 rounds
+    # (flplat/metrics/curves.py). A plotting choice: like every tracking key it does not change a run's identity
+    curve_smoothing: float = 0.9
 
 
 @dataclass
@@ -299,6 +303,8 @@ def _check_run_settings(cfg: DictConfig) -> None:
                 tr.stale_margin_s, "a finite number of seconds >= 0")
     check_range(tr.system_metrics_interval > 0, "tracking.system_metrics_interval", tr.system_metrics_interval,
                 "a number of seconds > 0")
+    check_range(0 <= tr.curve_smoothing <= 1, "tracking.curve_smoothing", tr.curve_smoothing,
+                "a number in [0, 1] (0: no smoothing)")
     mc = cfg.metrics
     check_choice("metrics.accuracy_key", mc.accuracy_key, ("mean_local_accuracy", "global_accuracy"))
     check_range(mc.last_rounds >= 1, "metrics.last_rounds", mc.last_rounds, "an integer >= 1")

@@ -233,7 +233,7 @@ def _reproduce_tables(paper, chosen, plans, values, store, backend, o: _Options,
             sel = methods if t.kind == "train" else [m for m in methods or [] if m not in added_names]
             text = render_table(t, values, got.ours, header, cells, sel or None, got.skips, got.stale)
             store.client.log_text(parent, text, f"reproduce/{t.id}.md")
-            _publish(paper, t, text, got, store, parent, o, t_start)
+            _publish(paper, t, text, got, store, parent, o, t_start, list(sd), jobs or [])
             texts.append(text)
             if refused is not None:
                 refused += got.refused
@@ -247,7 +247,7 @@ def _reproduce_tables(paper, chosen, plans, values, store, backend, o: _Options,
 
 
 def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, parent: str, o: _Options,
-             t_start: float) -> None:
+             t_start: float, seeds: list, jobs: list) -> None:
     """A table's figure (logged to ``parent``; with ``--out`` written there beside the markdown) and its block in
     the ``--results`` document."""
     stem = out_stem(paper, t.id, o.scale)
@@ -258,7 +258,7 @@ def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, pare
             png = str(Path(o.out_dir or tmp) / f"{stem}.png")
             Path(png).parent.mkdir(parents=True, exist_ok=True)
             Path(png).unlink(missing_ok=True)  # never log an earlier command's figure
-            t.figure(FigureContext(got.ours, o.scale, png, store.client, got.run_ids))
+            t.figure(FigureContext(got.ours, o.scale, png, store.client, got.run_ids, seeds, jobs))
             if Path(png).is_file():
                 store.client.log_artifact(parent, png, "reproduce")
             else:  # e.g. Fig. 5 before any Clust-PSI-PFL run has finished

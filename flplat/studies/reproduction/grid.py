@@ -58,6 +58,8 @@ class FigureContext:
     path: str
     client: Any = None  # an MlflowClient on the store
     runs: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (cell, method) -> run ids
+    seeds: list[int] = field(default_factory=list)  # the seeds the table ran (an analysis figure draws the first)
+    jobs: list[Job] = field(default_factory=list)  # a train table's runs as planned (their configs: --set included)
 
     def history(self, run_id: str, metric: str) -> list[tuple[int, float]]:
         return sorted((m.step, m.value) for m in self.client.get_metric_history(run_id, metric))
