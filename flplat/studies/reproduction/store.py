@@ -81,7 +81,8 @@ def run_params(cfg) -> dict[str, str]:
 
 
 def _outside_key(key: str) -> bool:
-    return key.startswith(("tracking.", "algorithm_unused.")) or key in ("fabric.num_threads", "plugins")
+    return key.startswith(("tracking.", "algorithm_unused.", "data_unused.", "partition_unused.")) or \
+        key in ("fabric.num_threads", "plugins")
 
 
 def compatible(new: dict[str, str], old: dict[str, str], defaults: dict[str, str]) -> list[str] | None:
