@@ -211,7 +211,8 @@ def value_note(table: Table, cells: Sequence[str] | None = None, methods: Sequen
     if rows:
         text += "; per row, " + "; ".join(f"{name}: {describe_metric(metric)}" for name, metric in rows.items())
     unit = {1.0: "", 100.0: "; in percent (× 100)"}.get(table.scale_factor, f"; × {table.scale_factor:g}")
-    return (f"{text}{unit}. Ours is the mean ± std over the seeds (population std) of the runs with a value, their "
+    over = "the seeds" if not any(c.members for c in cs) else "the seeds and, in a pooled cell, its members"
+    return (f"{text}{unit}. Ours is the mean ± std over {over} (population std) of the runs with a value, their "
             "number in brackets.")
 
 
