@@ -180,3 +180,8 @@ TABLES += [
     Table("officehome_test_phase", "Flux Table 1 (Office-Home): test-phase accuracy, its four domains as the "
           "distributions", OFFICEHOME_CELLS, METHODS, metric="test_phase_accuracy", **OFFICEHOME),
 ]
+
+# the ablations of App. F.6.2-F.6.4 (Tables 63-66) and the descriptor fidelity of App. C.1.2 (Table 4)
+from flplat.studies.papers import flux_ablations  # noqa: E402
+
+TABLES += flux_ablations.TABLES
