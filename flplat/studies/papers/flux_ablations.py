@@ -25,9 +25,9 @@
 
 Scales. ``smoke``: one member per pooled cell (P(Y) level 2; Table 66: P(Y) level 7), CI size, the clustering at
 the end of round 1 (``algorithm.start_round=1``, so that every option acts). ``reduced``: as the F.1 tables (500
-samples per client, SGD lr 0.03); Tables 63-65 pool levels 2 and 8 instead of 1-8 (CPU time), Table 66 and 4 run
-their cells as the paper. ``paper``: the ready configs as they are. CIFAR-10 and CIFAR-100 cells are defined at
-every scale; their runs need the data.
+samples per client, SGD lr 0.03); Tables 63-65 pool levels 2 and 8 instead of 1-8 (CPU time), Tables 66 and 4 run
+their cells as the paper (Table 66 with 300 samples per client: its 48 runs). ``paper``: the ready configs as they
+are. CIFAR-10 and CIFAR-100 cells are defined at every scale; their runs need the data.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=30", "algorithm.start_
 _SMOKE = "CI size: one member per pooled cell, 30 samples per client, 2 rounds of 1 epoch, the MLP, clustering " \
          "after round 1"
 _REDUCED = ("500 samples per client instead of the whole pool dealt evenly (about 3,000), SGD lr 0.03 instead of "
-            "0.005, as the reduced F.1 tables; 10 clients, 10 rounds (CIFAR-100: ResNet-9, 15), E = 2 as the paper")
+            "0.005, as the reduced F.1 tables; 10 clients, LeNet-5 and 10 rounds (CIFAR-100: ResNet-9 and 15), E = 2 "
+            "as the paper")
 _LEVELS = " Levels 2 and 8 pooled instead of 1-8 (CPU time)."
 _FLUX = " \"Flux\" is the paper's \"Flux (ours)\": its adaptive DBSCAN, the default."
 POOLED_NOTES = {"smoke": _SMOKE, "reduced": _REDUCED + "." + _LEVELS + _FLUX,
@@ -102,8 +103,13 @@ DESCRIPTORS = [Method(f"{label} ({f}l)", _flux(f"algorithm.descriptor_part={part
 F2 = {s: (lv,) for s, lv in F2_LEVELS.items()}
 DESCRIPTOR_CELLS = [_pooled("known_association", "mnist", SHIFTS, KA, F2, reduced=LEVELS, smoke=("label", 7)),
                     _pooled("test_phase", "mnist", TESTABLE, TP, F2, reduced=LEVELS, smoke=("label", 7))]
+# reduced: 12 rows x 4 shifts = 48 runs; 300 samples per client (180 to train) instead of the F.1 tables' 500 keep them
+# near 15 min on one core
+DESCRIPTOR_SCALES = {**SCALES, "reduced": ["partition.samples_per_client=300", "federation.optimizer.lr=0.03"]}
 DESCRIPTOR_NOTES = {"smoke": _SMOKE, "paper": "the paper's setting (the ready configs as they are)",
-                    "reduced": _REDUCED + "; App. F.2's levels as the paper"}
+                    "reduced": "300 samples per client instead of the whole pool dealt evenly (about 3,000; the other "
+                    "reduced Flux tables take 500: this one has 48 runs), SGD lr 0.03 instead of 0.005; 10 clients, "
+                    "LeNet-5, 10 rounds, E = 2 and App. F.2's levels as the paper"}
 
 # ------------------------------------------------------------------------------------------------ Table 4 (C.1.2)
 FIDELITY_CELLS = [Cell(f"{d}_l{lv}", f"configs/flux/table1/{d}_concept_yx_l{lv}.yaml")
@@ -111,8 +117,8 @@ FIDELITY_CELLS = [Cell(f"{d}_l{lv}", f"configs/flux/table1/{d}_concept_yx_l{lv}.
 FIDELITY = [Method(k.capitalize(), _flux("algorithm.fidelity_check=true"), metric=f"descriptor_w2_error_{k}")
             for k in ("max", "min", "mean", "std")]
 FIDELITY_NOTES = {"smoke": "CI size: 30 samples per client, 2 rounds of 1 epoch, the MLP, clustering after round 1",
-                  "reduced": _REDUCED + "; ξ over the clustering round's client pairs, in the shared-PCA latent space "
-                             "(flplat.maths.flux_fidelity)",
+                  "reduced": _REDUCED.replace(" (CIFAR-100: ResNet-9 and 15)", "") + "; ξ over the clustering round's "
+                             "client pairs, in the shared-PCA latent space (flplat.maths.flux_fidelity)",
                   "paper": "the paper's setting (the ready configs as they are); ξ over the clustering round's client "
                            "pairs, in the shared-PCA latent space (flplat.maths.flux_fidelity)"}
 
@@ -123,14 +129,15 @@ TABLES = [
     Table("clustering_algorithms_cifar100", "Flux App. F.6.2 / Table 64 (CIFAR-100): agglomerative clustering "
           "against the adaptive DBSCAN, mean over shifts, levels and seeds", _clustering_cells("cifar100"),
           CLUSTERINGS[2:], metric=KA, reference="Flux", focus=["Agglomerative", "Flux"],
-          notes={**POOLED_NOTES, "reduced": POOLED_NOTES["reduced"].replace("10 rounds (CIFAR-100: ResNet-9, 15)",
-                                                                            "ResNet-9, 15 rounds")}, **COMMON),
+          notes={**POOLED_NOTES, "reduced": POOLED_NOTES["reduced"].replace(
+              "LeNet-5 and 10 rounds (CIFAR-100: ResNet-9 and 15)", "ResNet-9 and 15 rounds")}, **COMMON),
     Table("test_assignment", "Flux App. F.6.3 / Table 65: descriptor-based against random test-time assignment, "
           "test-phase accuracy over levels and seeds", ASSIGNMENT_CELLS, ASSIGNMENTS, metric=TP, reference="Flux",
           notes=POOLED_NOTES, focus=["Flux", "Random"], **COMMON),
     Table("descriptor_parts", "Flux App. F.6.4 / Table 66 (MNIST): descriptor parts × length l, mean over the four "
           "shifts (test phase: three) at App. F.2's levels", DESCRIPTOR_CELLS, DESCRIPTORS, metric=KA,
-          reference=PAPERS_DESCRIPTOR, notes=DESCRIPTOR_NOTES, focus=[m.name for m in DESCRIPTORS], **COMMON),
+          reference=PAPERS_DESCRIPTOR, notes=DESCRIPTOR_NOTES, focus=[m.name for m in DESCRIPTORS],
+          **{**COMMON, "scales": DESCRIPTOR_SCALES}),
     Table("descriptor_fidelity", "Flux App. C.1.2 / Table 4: ξ, |descriptor distance − W2| over client pairs, "
           "P(Y|X) levels 3, 5, 7", FIDELITY_CELLS, FIDELITY, metric="descriptor_w2_error_mean", reference=None,
           scales=SCALES, notes=FIDELITY_NOTES, seeds=[0, 1, 2], scale_factor=1.0, tie=0.05,
