@@ -260,3 +260,9 @@ def test_cifar_cells_are_defined_and_wait_for_their_data(tmp_path, capsys, small
                  "--methods", "Flux", "--store-dir", str(tmp_path)]) == 1
     out = capsys.readouterr()
     assert "| test_phase | Flux | 41.3 ± 7.8 | — | — | not run: skipped, see note 1 |" in out.out
+
+
+def test_a_skip_note_names_each_seed_once_though_a_pooled_cells_members_share_it():
+    from flplat.studies.reproduction.render import skip_note
+
+    assert skip_note([(0, "no data"), (0, "no data"), (1, "no data")]) == "seeds 0, 1: no data"

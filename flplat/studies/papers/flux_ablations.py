@@ -50,7 +50,7 @@ _REDUCED = ("500 samples per client instead of the whole pool dealt evenly (abou
             "0.005, as the reduced F.1 tables; 10 clients, LeNet-5 and 10 rounds (CIFAR-100: ResNet-9 and 15), E = 2 "
             "as the paper")
 _LEVELS = " Levels 2 and 8 pooled instead of 1-8 (CPU time)."
-_FLUX = " \"Flux\" is the paper's \"Flux (ours)\": its adaptive DBSCAN, the default."
+_FLUX = " \"Flux\" is the paper's \"Flux (ours)\": its adaptive DBSCAN, the default"
 POOLED_NOTES = {"smoke": _SMOKE, "reduced": _REDUCED + "." + _LEVELS + _FLUX,
                 "paper": "the paper's setting (the ready configs as they are)." + _FLUX}
 COMMON = dict(scales=SCALES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005)

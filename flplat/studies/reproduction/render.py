@@ -76,7 +76,7 @@ def added_verdict(ours: Sequence[float], ours_ref: Sequence[float] | None, *, ti
 def skip_note(skips: Sequence[tuple[int, str]]) -> str:
     """One note's text: the seeds skipped with their reason (seeds that share a reason together)."""
     by_reason: dict[str, list[int]] = {}
-    for seed, reason in sorted(skips):
+    for seed, reason in sorted(set(skips)):  # a pooled cell's members share their seeds: each seed once
         by_reason.setdefault(" ".join(reason.split()).replace("|", "\\|"), []).append(seed)
     return "; ".join(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {reason}"
                      for reason, seeds in by_reason.items())
