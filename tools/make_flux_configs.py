@@ -71,8 +71,8 @@ data:
   name: {dataset}
 partition:
   name: shift
-  shift_type: {shift}
-  shift_level: {level}
+  type: {shift}
+  level: {level}
   num_clients: 10
   num_unseen_clients: 10
   samples_per_client: 0
@@ -86,7 +86,7 @@ model:
 {defaults}"""
 
 SCALE = """# Flux (seed 003) App. F.2 / Table 50: 1,200 clients, participation 0.2, MNIST, known association.
-# Shift: P(X) with rotations {{0, 90, 180, 270}} (level 3); change partition.shift_type / shift_level for the others
+# Shift: P(X) with rotations {{0, 90, 180, 270}} (level 3); change partition.type / level for the others
 # (F.2: label level 7 = 4 classes, concept_yx level 5, concept_xy level 6).
 # App. F.2 duplicates the local data as clients grow: x2 at 25 clients, x4 at 50, x8 at 100, i.e. K / 12.5; the
 # factor for 1,200 clients is not stated, and K / 12.5 = 96 is used (27 training images per client -> 2,592; the
@@ -97,8 +97,8 @@ data:
   name: mnist
 partition:
   name: shift
-  shift_type: feature
-  shift_level: 3
+  type: feature
+  level: 3
   num_clients: 1200
   num_unseen_clients: 100
   samples_per_client: 0
@@ -144,9 +144,9 @@ data:
   name: {dataset}
 partition:
   name: metadata
-  meta_columns: [{columns}]
-  meta_bins: {bins}
-  meta_assign: {assign}
+  columns: [{columns}]
+  bins: {bins}
+  assign: {assign}
   num_clients: 20
   num_unseen_clients: 20
   samples_per_client: 0
@@ -171,7 +171,7 @@ def real_world(root: Path) -> None:
             where="App. F.4 / Table 59 cell", dataset_name="CheXpert", what=f"non-IID level {level}: {what} (App. "
             "B.1)", f4=", F.4", clients_note="20 clients", rounds=20,
             loss=", binary cross-entropy (multi-label), macro ROC AUC", dataset="chexpert",
-            choices=f"{UNSEEN}; each client draws its distribution uniformly (partition.meta_assign=random, as the "
+            choices=f"{UNSEEN}; each client draws its distribution uniformly (partition.assign=random, as the "
             "authors' generator); a sample of unknown sex belongs to no distribution.",
             path=path.relative_to(root.parents[1]), columns=", ".join(columns),
             bins="{age: [50]}" if "age" in columns else "{}", assign="random", experiment="chexpert",
@@ -181,7 +181,7 @@ def real_world(root: Path) -> None:
         where="Table 1 cell", dataset_name="Office-Home", what="its four domains Art, Clipart, Product, Real-World as "
         "the distributions, 20 classes (App. B.1)", f4="", clients_note="20 clients", rounds=40, loss="",
         dataset="office_home", choices="the number of clients (20, as CheXpert's in App. F.4); " + UNSEEN + "; the "
-        "domains cycled over the clients (partition.meta_assign=balanced, as the authors' generator).",
+        "domains cycled over the clients (partition.assign=balanced, as the authors' generator).",
         path=path.relative_to(root.parents[1]), columns="domain", bins="{}", assign="balanced",
         experiment="officehome", defaults=defaults(1.0)))
 

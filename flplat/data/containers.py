@@ -55,6 +55,32 @@ class ClientSplit:
 
 
 @dataclass
+class Partition:
+    """What a partition protocol returns (``fn(dataset, cfg, seed) -> Partition``; see :mod:`flplat.data.registry`);
+    :func:`flplat.data.partitions.build_federation` cuts and assembles the :class:`FederatedData` from it.
+
+    ``clients`` has one entry per training client: the sorted ``int64`` indices of its samples in the pool (the
+    builder cuts them into local train / val / test by the ``partition.*_fraction`` keys, with a random stream of its
+    own per client), or a :class:`ClientSplit` when the protocol fixes the client's splits itself. Clients never
+    share a sample. ``x`` / ``y`` replace the dataset's pool when the protocol builds a new one (shifted copies,
+    the pool and the official test set together); the indices then refer to it. ``global_test=False`` drops the
+    official test set as the pooled global test set (it belongs to none of the planted distributions).
+    ``distribution`` / ``unseen_distribution``: the planted distribution id of each training / unseen client
+    (a protocol registered with ``plants=True`` gives them); ``meta``: anything else worth keeping.
+    """
+
+    clients: list
+    unseen: list[ClientSplit] = field(default_factory=list)  # test-only clients (Flux's test phase)
+    x: torch.Tensor | None = None
+    y: torch.Tensor | None = None
+    global_test: bool = True
+    public_indices: np.ndarray | None = None  # rows of the global test set forming a public sample (PQFed)
+    distribution: np.ndarray | None = None
+    unseen_distribution: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
 class FederatedData:
     """The partitioned federation: one pool of tensors plus each client's index splits.
 

@@ -69,7 +69,7 @@ METHODS = [Method(n, [f"algorithm.name={a}", *EXTRA.get(a, [])]) for n, a in (
 TABLE4_METHODS = [m for m in METHODS if m.name in ("FedAvg", "FedAvgM", "HACCS", "CFL", "Clust-PSI-PFL")]
 CLUST = [m for m in METHODS if m.name == "Clust-PSI-PFL"]
 # smoke: 10 clients (100 clients of a 600-sample pool are infeasible for the Dirichlet cells)
-SCALES = {"smoke": [*SMOKE, "partition.num_clients=10", "partition.min_samples=5"],
+SCALES = {"smoke": [*SMOKE, "partition.num_clients=10", "partition_defaults.dirichlet.min_samples=5"],
           "reduced": ["model.name=mlp", "federation.rounds=20", "federation.local_epochs=5",
                       "federation.eval_every=5"]}
 NOTES = {"smoke": "CI size: 600 training images, 10 clients, 2 rounds of 1 epoch, the MLP",
@@ -124,8 +124,8 @@ def _data_cell(dataset: str, setting: str, k: int = 100, prefix: str = "") -> Ce
 
 def _data_scales(dataset: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     model = TEXT_SMOKE.get(dataset)
-    smoke = [*SMOKE, "partition.num_clients=10", "partition.min_samples=5",
-             *([f"model.name={model}", "data.text.max_length=12"] if model else [])]
+    smoke = [*SMOKE, "partition.num_clients=10", "partition_defaults.dirichlet.min_samples=5",
+             *([f"model.name={model}", "data.max_length=12"] if model else [])]
     _, _, reduced, note = DATASETS[dataset]
     return ({"smoke": smoke, "reduced": reduced},
             {"smoke": "CI size: 600 training samples, 10 clients, 2 rounds of 1 epoch, " +

@@ -65,19 +65,32 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
             got.stale[where] = got.stale.get(where, 0) + (run_id in got.stale_ids)
         else:  # finished without the value (e.g. a clustered method that never formed clusters): say why
             got.skips.setdefault(where, []).append((j.seed, store.no_value(run_id, metric)))
-        code = store.codes.get(run_id)
-        records.append({"table": t.id, "cell": j.cell, "method": j.method, "seed": j.seed, "run_id": run_id,
-                        "config_key": j.key, "value": v, "metrics": m, "code": code.to_dict() if code else None,
-                        "stale": got.stale_ids.get(run_id)})
+        records.append(run_record(j, run_id, v, m, store, got.stale_ids))
     got.n_runs = len(runs)
     got.refused = refused_rows(t, jobs, metrics, reasons)
     if out_dir:  # the raw per-run records behind the table
-        import json
-
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        with open(Path(out_dir) / f"{stem}_runs.jsonl", "w") as fh:
-            fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+        write_records(out_dir, stem, records)
     return got
+
+
+def run_record(j: Job, run_id: str, value: float | None, metrics: dict[str, float], store: Store,
+               stale_ids: dict[str, str]) -> dict:
+    """The raw record of one job's run (a line of ``<stem>_runs.jsonl``): its table, cell, method and seed, the run,
+    its config hash, the value the table read and every metric, the code that made it and whether it is another
+    code than its job's now."""
+    code = store.codes.get(run_id)
+    return {"table": j.table, "cell": j.cell, "method": j.method, "seed": j.seed, "run_id": run_id,
+            "config_key": j.key, "value": value, "metrics": metrics, "code": code.to_dict() if code else None,
+            "stale": stale_ids.get(run_id)}
+
+
+def write_records(out_dir: str, stem: str, records: list[dict]) -> None:
+    """``records`` as JSON lines in ``<out_dir>/<stem>_runs.jsonl``."""
+    import json
+
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(out_dir) / f"{stem}_runs.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
 
 
 def refused_rows(t: Table, jobs: list[Job], metrics: dict, reasons: dict[str, str]) -> list[str]:

@@ -66,6 +66,9 @@ class FigureContext:
     path: str
     client: Any = None  # an MlflowClient on the store
     runs: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (cell, method) -> run ids
+    seeds: list[int] = field(default_factory=list)  # the seeds the table ran (an analysis figure draws the first)
+    jobs: list[Job] = field(default_factory=list)  # a train table's runs as planned (their configs: --set included)
+    paper: dict[tuple[str, str], float] = field(default_factory=dict)  # (cell, method) -> the paper's mean
 
     def history(self, run_id: str, metric: str) -> list[tuple[int, float]]:
         return sorted((m.step, m.value) for m in self.client.get_metric_history(run_id, metric))
@@ -80,7 +83,7 @@ class Table:
     cells: list[Cell]
     methods: list[Method]
     metric: str = "global_accuracy"  # a run metric (train tables)
-    kind: str = "train"  # train | analysis
+    kind: str = "train"  # train | analysis | derived (means over other tables' cells: ``parts``)
     reference: str | None = "FedAvg"  # the method every claim is measured against (None: no claim part)
     higher_is_better: bool = True
     scale_factor: float = 1.0  # ours × scale_factor is in the paper's unit (100 for percent)
@@ -101,15 +104,27 @@ class Table:
     # the datasets where the cells' ready configs do not say them (analysis tables, cells waiting with a reason):
     # ``flplat reproduce --list`` shows them beside the configs' data.name
     datasets: list[str] = field(default_factory=list)
+    # a derived table (kind "derived", :mod:`flplat.studies.reproduction.derived`): per cell, the (train table, cell)
+    # pairs whose values it averages, per seed and method (the same runs: nothing of its own is trained)
+    parts: dict[str, list[tuple[Table, str]]] = field(default_factory=dict)
+    # per scale, parts that replace ``parts`` there (e.g. fewer components at smoke; the scale's note says so)
+    scale_parts: dict[str, dict[str, list[tuple[Table, str]]]] = field(default_factory=dict)
 
     def data_names(self) -> list[str]:
-        """The datasets this table runs: its ``datasets`` and the ``data.name`` of every ready config it names."""
+        """The datasets this table runs: its ``datasets``, the ``data.name`` of every ready config it names and, for a
+        derived table, its component tables' datasets."""
         names = list(self.datasets)
         configs = [*(c.config for c in self.cells), *(p.config for c in self.cells for p in c.members)]
         for path in dict.fromkeys([*configs, *(m.config for m in self.methods)]):
             if path:
                 names.append(_config_data_name(path))
+        for tbl in {tbl.id: tbl for part in self.parts.values() for tbl, _ in part}.values():
+            names += tbl.data_names()
         return list(dict.fromkeys(names))
+
+    def parts_at(self, scale: str) -> dict[str, list[tuple[Table, str]]]:
+        """A derived table's parts at ``scale``: ``scale_parts[scale]`` where given, else ``parts``."""
+        return self.scale_parts.get(scale, self.parts)
 
     def all_seeds(self, method: str) -> bool:
         """Whether ``method`` runs every seed under ``--baseline-seeds`` (the reference and the focus methods)."""

@@ -27,6 +27,8 @@ FAILED = "failed: "  # the reason of a job whose run ended with an error (e.g. d
 # (no tau / ari logged), or any other metric the run did not log
 NO_CLUSTERS = "finished, clustering never started: "
 NO_VALUE = "finished without a value: "
+# the reason of a derived cell's seed without a mean: some of its parts have no value (reproduction.derived)
+INCOMPLETE = "incomplete: "
 CLUSTERING_METRICS = ("tau", "ari")
 OTHER_CODE = "other code"  # a finished run made by other code than this command's (flplat.tracking.provenance)
 UNKNOWN_CODE = "unknown code"  # one logged before runs recorded their code
@@ -79,7 +81,8 @@ def run_params(cfg) -> dict[str, str]:
 
 
 def _outside_key(key: str) -> bool:
-    return key.startswith(("tracking.", "algorithm_unused.")) or key in ("fabric.num_threads", "plugins")
+    return key.startswith(("tracking.", "algorithm_unused.", "data_unused.", "partition_unused.")) or \
+        key in ("fabric.num_threads", "plugins")
 
 
 def compatible(new: dict[str, str], old: dict[str, str], defaults: dict[str, str]) -> list[str] | None:
