@@ -205,7 +205,13 @@ def paper_module(paper: str):
 
 
 def paper_tables(paper: str) -> list[Table]:
-    return list(paper_module(paper).TABLES)
+    """The paper's tables: its module's ``TABLES``, then those of the further modules
+    :data:`flplat.studies.papers.MORE_MODULES` lists for it (e.g. Flux's mixed shifts and drift)."""
+    from flplat.studies.papers import MORE_MODULES
+
+    mods = [paper_module(paper), *(importlib.import_module(f"flplat.studies.papers.{m}")
+                                   for m in MORE_MODULES.get(paper, ()))]
+    return [t for mod in mods for t in mod.TABLES]
 
 
 @dataclass
