@@ -10,6 +10,8 @@ import sys
 import pytest
 from conftest import REPO
 
+TOOLS = REPO / "tools"
+
 
 @pytest.mark.parametrize("script, args, expect", [
     ("bench_fedavg.py", ["--rounds", "1", "--repeats", "1", "--no-warmup"], "median"),
@@ -30,7 +32,7 @@ from conftest import REPO
 def test_benchmark_scripts_run(script, args, expect, idx_data, tmp_path):
     args = [a.format(idx_data=idx_data) for a in args]  # a script reading image files gets the test's small ones
     env = {**os.environ, "HOME": str(tmp_path)}  # its ~/.cache/flplat (the decoded-data cache) is the test's own
-    res = subprocess.run([sys.executable, str(REPO / "tools" / script), *args], cwd=REPO, capture_output=True,
+    res = subprocess.run([sys.executable, str(TOOLS / "benchmarks" / script), *args], cwd=REPO, capture_output=True,
                          text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert expect in res.stdout
@@ -47,14 +49,14 @@ def test_dapfl_reproduction_gives_ifca_the_papers_number_of_clusters():
 
 
 def test_flplat_dirichlet_deals_fedartmls_partition_from_fedartmls_random_stream():
-    """tools/compare_fedartml_partitions.py: fed FedArtML's own random stream, flplat's Dirichlet partition is
-    FedArtML's ``dirichlet_method`` draw for draw (dealing and redraw rule: at α = 0.1 seeds 0 and 1 redraw 4 and 2
-    times); skips without FedArtML."""
+    """tools/investigations/compare_fedartml_partitions.py: fed FedArtML's own random stream, flplat's Dirichlet
+    partition is FedArtML's ``dirichlet_method`` draw for draw (dealing and redraw rule: at α = 0.1 seeds 0 and 1
+    redraw 4 and 2 times); skips without FedArtML."""
     import importlib.util
 
     if importlib.util.find_spec("fedartml") is None:
         pytest.skip("FedArtML is not installed (pip install 'flplat[fedartml]')")
-    res = subprocess.run([sys.executable, str(REPO / "tools" / "compare_fedartml_partitions.py"), "--dataset",
+    res = subprocess.run([sys.executable, str(TOOLS / "investigations/compare_fedartml_partitions.py"), "--dataset",
                           "digits", "--clients", "20", "--seeds", "3", "--alphas", "0.1", "--s-values", "0"],
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -63,14 +65,14 @@ def test_flplat_dirichlet_deals_fedartmls_partition_from_fedartmls_random_stream
 
 
 def test_per_seed_values_of_reproduced_rows_come_from_the_store(tmp_path, small_mnist):
-    """tools/reproduce_per_seed.py reads each seed's metrics of the finished runs (Flux, smoke) and marks a row the
-    store lacks (FedAvg, not run) with "—"."""
+    """tools/scripts/reproduce_per_seed.py reads each seed's metrics of the finished runs (Flux, smoke) and marks a
+    row the store lacks (FedAvg, not run) with "—"."""
     from flplat.cli import main
 
     store = str(tmp_path / "store")
     assert main(["reproduce", "flux", "known_association", "--scale", "smoke", "--cells", "label_l2", "--methods",
                  "Flux", "--seeds", "0", "--store-dir", store]) == 0
-    spec = importlib.util.spec_from_file_location("per_seed", REPO / "tools" / "reproduce_per_seed.py")
+    spec = importlib.util.spec_from_file_location("per_seed", TOOLS / "scripts/reproduce_per_seed.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     text = mod.per_seed("flux", "known_association", "smoke", [0], ["Flux", "FedAvg"],

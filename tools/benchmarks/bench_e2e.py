@@ -24,10 +24,10 @@ this driver into a small ``.npz`` before timing (a script's own Dirichlet partit
 milliseconds; the platform's partition time stays inside the platform's figure), so both sides do the same
 number of steps. Ratios: ``flplat1`` and ``flplatvec`` against ``ref1``; ``flplat2`` against ``ref2``.
 
-    python tools/bench_e2e.py                                          # issue 15's setting, 3 repeats
-    python tools/bench_e2e.py --hidden 128,64                          # the 128-64 MLP
-    python tools/bench_e2e.py --sides ref2,flplat2 --rounds 10         # the sharded steady state
-    python tools/bench_e2e.py --sides flplat1,flplatvec --baseline /path/to/other/checkout   # before / after
+    python tools/benchmarks/bench_e2e.py                                          # issue 15's setting, 3 repeats
+    python tools/benchmarks/bench_e2e.py --hidden 128,64                          # the 128-64 MLP
+    python tools/benchmarks/bench_e2e.py --sides ref2,flplat2 --rounds 10         # the sharded steady state
+    python tools/benchmarks/bench_e2e.py --sides flplat1,flplatvec --baseline /path/to/other/checkout   # before / after
 
 ``--baseline DIR`` also runs every flplat side with another checkout's ``flplat`` (``PYTHONPATH=DIR``, its
 ``configs/quickstart.yaml``) as ``<side>@base``, in the same alternation, and reports this checkout ÷ that one (the
@@ -49,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGETS = {"flplat1": ("ref1", 1.15), "flplat2": ("ref2", 1.15), "flplatvec": ("ref1", None)}
 NORM = {"fmnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
 LAYOUT = {"fmnist": "FashionMNIST/raw", "mnist": "MNIST/raw"}

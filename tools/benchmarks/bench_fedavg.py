@@ -16,9 +16,11 @@ The reference runs in the environment a script that never imports lightning woul
 ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` for the whole process, which makes every Adam step query NVML (see
 docs/performance.md); ``--shared-env`` keeps it for the reference too, isolating the training loop's own overhead.
 
-    python tools/bench_fedavg.py                                  # digits + mlp, the quickstart federation
-    python tools/bench_fedavg.py --dataset fmnist --model mlp --clients 100 --fraction 0.5 --epochs 1 --rounds 5
-    python tools/bench_fedavg.py --dataset fmnist --model fmnist_cnn --clients 100 --epochs 1 --rounds 1 --repeats 3
+    python tools/benchmarks/bench_fedavg.py                                  # digits + mlp, the quickstart federation
+    python tools/benchmarks/bench_fedavg.py --dataset fmnist --model mlp --clients 100 --fraction 0.5 \
+        --epochs 1 --rounds 5
+    python tools/benchmarks/bench_fedavg.py --dataset fmnist --model fmnist_cnn --clients 100 --epochs 1 \
+        --rounds 1 --repeats 3
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 # Importing lightning (which flplat does) sets PYTORCH_NVML_BASED_CUDA_CHECK=1 for the whole process; with it, every
 # Adam/AdamW step of torch >= 2.8 asks NVML for the CUDA device count (a dlopen per step when CUDA is not

@@ -24,10 +24,11 @@ steady-state seconds per round (rounds 2..T, as measured inside rank 0), each as
 the per-repeat ratios platform / reference. Targets (issue 3): sharded ≤ 1.1 × reference in both, vectorised
 MLP ≥ 2 × faster than the reference.
 
-    python tools/bench_sharded.py                                    # fmnist + mlp, K=100, q=0.5, E=1
-    python tools/bench_sharded.py --epochs 5
-    python tools/bench_sharded.py --model fmnist_cnn --rounds 3 --sides reference,sharded
-    python tools/bench_sharded.py --hidden 200,200 --sides reference,vectorized,vectorized2   # issue 15's MLP
+    python tools/benchmarks/bench_sharded.py                                    # fmnist + mlp, K=100, q=0.5, E=1
+    python tools/benchmarks/bench_sharded.py --epochs 5
+    python tools/benchmarks/bench_sharded.py --model fmnist_cnn --rounds 3 --sides reference,sharded
+    # issue 15's MLP
+    python tools/benchmarks/bench_sharded.py --hidden 200,200 --sides reference,vectorized,vectorized2
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from benchlib import fedavg_overrides  # noqa: E402
