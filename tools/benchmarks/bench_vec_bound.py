@@ -63,6 +63,7 @@ from flplat.experiment import prepare  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import fedavg_overrides  # noqa: E402
+from reference_fedavg import batch_bounds  # noqa: E402
 
 SIDES = ("flplat", "shared", "stacked")
 KEPT: list[list[torch.Tensor]] = []  # the stacked side's parameter and Adam-moment buffers, reused between rounds
@@ -78,15 +79,13 @@ def label(name: str):
 
 def client_batches(indices: np.ndarray, seed: int, epochs: int, bs: int) -> list[torch.Tensor]:
     """One client's batches (pool row indices), written out by hand: ``randperm`` per epoch from its seed, batches
-    of ``bs``, a last single sample merged into the batch before it (as the platform batches)."""
+    of ``bs``, a last single sample merged into the batch before it (the hand-written FedAvg's and the platform's
+    :func:`batch_bounds`)."""
     idx, n = torch.as_tensor(indices, dtype=torch.long), len(indices)
     gen, out = torch.Generator().manual_seed(seed), []
     for _ in range(epochs):
         order = idx[torch.randperm(n, generator=gen)]
-        cuts = list(range(0, n, bs)) + [n]
-        if len(cuts) > 2 and cuts[-1] - cuts[-2] == 1:
-            cuts.pop(-2)
-        out += [order[a:b] for a, b in zip(cuts, cuts[1:])]
+        out += [order[a:b] for a, b in batch_bounds(n, bs)]
     return out
 
 
