@@ -60,3 +60,14 @@ def test_tools_holds_only_its_purpose_folders_each_script_listed_in_its_readme()
         on_disk = {p.relative_to(TOOLS / folder).as_posix() for p in (TOOLS / folder).rglob("*.py")}
         assert sections[folder] == on_disk, f"tools/README.md, {folder}/: listed {sorted(sections[folder])}, " \
                                             f"on disk {sorted(on_disk)}"
+
+
+def test_scripts_find_the_checkout_from_their_folder():
+    """A script that finds the repository from its own path (``Path(__file__).resolve().parents[N]``) reaches the
+    checkout's root from the folder it is in now (a script moved one folder deeper needs N + 1)."""
+    wrong = []
+    for script in sorted(TOOLS.rglob("*.py")):
+        for n in re.findall(r"Path\(__file__\)\.resolve\(\)\.parents\[(\d+)\]", script.read_text(encoding="utf-8")):
+            if script.resolve().parents[int(n)] != REPO.resolve():
+                wrong.append(f"{script.relative_to(REPO)}: parents[{n}]")
+    assert not wrong, "repository lookups that miss the checkout:\n" + "\n".join(wrong)
