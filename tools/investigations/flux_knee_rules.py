@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -35,8 +36,8 @@ class _Stop(Exception):
 
 def cell_config(cell: str, scale: str) -> tuple[str, list[str]]:
     """(config path, overrides) of a Table 1 MNIST cell at ``scale``."""
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
-    return os.path.join(here, f"configs/flux/table1/mnist_{cell}.yaml"), (REDUCED if scale == "reduced" else [])
+    here = Path(__file__).resolve().parents[2]  # the checkout
+    return str(here / f"configs/flux/table1/mnist_{cell}.yaml"), (REDUCED if scale == "reduced" else [])
 
 
 def capture(path: str, overrides: list[str], seed: int) -> dict[str, np.ndarray]:
