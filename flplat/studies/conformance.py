@@ -137,16 +137,15 @@ class Target:
         if self._reference is None:
             import torch
 
-            from flplat.engine import checkpoint
-            from flplat.engine.orchestrator import Callback
+            from flplat.engine.events import Callback
 
             saved = io.BytesIO()
             k = self.rounds - 1
 
             class Grab(Callback):
-                def on_round_end(self, orch, round, metrics):
-                    if round == k:
-                        torch.save(checkpoint.payload(orch, round), saved)
+                def on_round_end(self, end):
+                    if end.round == k:
+                        torch.save(end.checkpoint(), saved)
 
             self._reference = _run(self.cfg, callbacks=[Grab()])
             self._checkpoint = saved.getvalue()
@@ -264,7 +263,7 @@ def check_failures(t: Target) -> Result:
     import numpy as np
     import torch
 
-    from flplat.engine.orchestrator import Callback
+    from flplat.engine.events import Callback
 
     failing = ("federation.client_fraction=0.7", "federation.failures.dropout=0.3",
                "federation.failures.straggler=0.3", "federation.failures.corrupt=0.2")
@@ -283,8 +282,8 @@ def check_failures(t: Target) -> Result:
         return None if x is None else x.clone()
 
     class Start(Callback):
-        def on_start(self, orch):
-            start.update(weights=clone(orch.state.weights), clusters=clone(orch.state.clusters))
+        def on_start(self, begin):
+            start.update(weights=clone(begin.state.weights), clusters=clone(begin.state.clusters))
 
     try:
         s = _run(t.config("federation.client_fraction=0.7", "federation.failures.dropout=1.0"), callbacks=[Start()])
