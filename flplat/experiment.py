@@ -14,8 +14,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import sys
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,8 +29,9 @@ from flplat.configure import load_config, registries  # noqa: F401  (load_config
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
 from flplat.data.partitions import build_federation
+from flplat.engine.callbacks import ClientStateCleanup, ProgressCallback, eta  # noqa: F401  (eta: re-exported)
 from flplat.engine.client import ClientTrainer
-from flplat.engine.events import Callback, RoundEnd, RunEnd
+from flplat.engine.events import Callback
 from flplat.engine.orchestrator import Orchestrator, RunSummary
 from flplat.engine.sharding import default_threads, is_main_process, make_executor
 from flplat.errors import ConfigError, first_line
@@ -234,65 +233,12 @@ def run_state_dir(root: str | None) -> str | None:
     return os.path.join(root, f"run-{uuid.uuid4().hex[:12]}")
 
 
-class ClientStateCleanup(Callback):
-    """Removes the run's client-state directory when the run ends (its content is in the checkpoint when the
-    run can be resumed), unless ``federation.keep_client_state``."""
-
-    def __init__(self, directory: str, keep: bool):
-        self.directory, self.keep = directory, keep
-
-    def on_end(self, end: RunEnd) -> None:
-        if not self.keep:
-            import shutil
-
-            shutil.rmtree(str(end.meta.get("client_state_dir", self.directory)), ignore_errors=True)
-
-
 def public_inputs(data: FederatedData) -> torch.Tensor | None:
     """The server's public unlabeled inputs: the partition's public sample (rows of the global test set) when it
     defines one, else the global test set's inputs (None without one)."""
     if data.x_global_test is None:
         return None
     return data.x_global_test if data.public_indices is None else data.x_global_test[data.public_indices]
-
-
-def eta(seconds: float) -> str:
-    """A time left for progress lines: ``42s``, ``3m05s``, ``2h07m``."""
-    s = max(0, int(round(seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-class ProgressCallback(Callback):
-    """A tqdm bar over rounds on stderr with the latest accuracy and loss."""
-
-    def __init__(self, total: int, desc: str):
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=total, desc=desc, unit="round", file=sys.stderr, dynamic_ncols=True,
-                        disable=None)  # None: disabled when stderr is not a terminal
-        self.plain = self.bar.disable
-        self.t0, self.done = time.perf_counter(), 0
-
-    def on_round_end(self, end: RoundEnd) -> None:
-        round, metrics = end.round, end.metrics
-        self.done += 1
-        post = {"loss": f"{metrics['train_loss']:.4f}"}
-        if "global_accuracy" in metrics:
-            post["acc"] = f"{metrics['global_accuracy']:.4f}"
-        self.bar.set_postfix(post)
-        self.bar.update(1)
-        if self.plain:  # not a terminal (CI, logs): one line per round instead of a bar
-            text = " ".join(f"{k}={v}" for k, v in post.items())
-            left = (end.rounds - round) * (time.perf_counter() - self.t0) / self.done
-            print(f"[round {round}/{end.rounds}] {text} time={metrics['round_time_s']:.2f}s left={eta(left)}",
-                  file=sys.stderr, flush=True)
-
-    def on_end(self, end: RunEnd) -> None:
-        self.bar.close()
 
 
 def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True,

@@ -22,7 +22,12 @@ samples, 6 clients, an MLP, 3 rounds of 2 local epochs; well under a second per 
   survived, and rounds where every client drops out keep the server's models;
 * ``invalid_config`` -- an unknown ``algorithm.*`` key and a value of the wrong type for the first number / flag
   of the algorithm's ``Config`` end ``flplat run``'s steps (load the config, run it) in a one-line
-  :class:`~flplat.errors.ConfigError` (the CLI's exit 2 with one line), and leave no MLflow run.
+  :class:`~flplat.errors.ConfigError` (the CLI's exit 2 with one line), and leave no MLflow run;
+* ``declarations`` -- ``reduces_across_shards`` holds: aggregating the group means gives the aggregate of the
+  clients' models (:func:`flplat.studies.declarations.check_declarations`);
+* ``evaluation`` -- every client is scored with the model ``eval_models`` declares, none that trained (and no
+  unseen client) with a model no client trained, and a clustered strategy has formed clusters within the check's
+  rounds (:func:`flplat.studies.declarations.check_evaluation`).
 
 The algorithm-specific settings the built-ins need on the tiny federation are :data:`CHECK_OVERRIDES`; a plugin
 gives its own as ``key=value`` overrides (``flplat check myalgo algorithm.k=2``), which come last. The test suite's
@@ -399,6 +404,18 @@ def check_invalid_config(t: Target, workdir: str | None = None) -> Result:
                                           "no MLflow run")
 
 
+def check_declarations(t: Target) -> Result:
+    from flplat.studies import declarations
+
+    return Result("declarations", *declarations.check_declarations(t.cfg))
+
+
+def check_evaluation(t: Target) -> Result:
+    from flplat.studies import declarations
+
+    return Result("evaluation", *declarations.check_evaluation(t.cfg))
+
+
 # ---- properties in other processes ------------------------------------------------------------------------------
 
 def _env() -> dict[str, str]:
@@ -539,6 +556,8 @@ PROPERTIES: dict[str, Callable[[Target], Result]] = {
     "vectorize": check_vectorize,
     "failures": check_failures,
     "invalid_config": check_invalid_config,
+    "declarations": check_declarations,
+    "evaluation": check_evaluation,
 }
 
 
