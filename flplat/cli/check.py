@@ -1,5 +1,6 @@
 """`flplat check NAME [key=value ...]`: the conformance suite (:mod:`flplat.studies.conformance`) on a registered
-algorithm, built-in or plugin; one line per property, exit 1 when a property fails."""
+algorithm, built-in or plugin; `flplat check --model NAME [model.key=value ...]`: the model properties
+(:mod:`flplat.studies.model_check`) on a registered model. One line per property, exit 1 when a property fails."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ EPILOG_CHECK = """examples:
   flplat check fedprox
   flplat check myalgo algorithm.k=2 --only smoke,determinism,checkpoint
   flplat check fedavg --json
+  flplat check --model lenet5
+  flplat check --model mymodel model.width=32 --input-shape 3,32,32
 
 Properties: registry, smoke, determinism, sharded (1 vs 2 processes), checkpoint (round trip), kill_resume
-(SIGKILL + flplat run --resume), vectorize, failures (30 % drop-outs), invalid_config. They run on a tiny synthetic
-federation (600 samples, 6 clients, an MLP, 3 rounds); KEY=VALUE overrides come last (e.g. what the algorithm needs
-to run there). Exit status: 0 all pass, 1 a property fails, 2 bad name, override or --only."""
+(SIGKILL + flplat run --resume), vectorize, failures (30 % drop-outs), invalid_config, declarations
+(reduces_across_shards), evaluation (the declared models, trained; clustered state reached). They run on a tiny
+synthetic federation (600 samples, 6 clients, an MLP, 3 rounds); KEY=VALUE overrides come last (e.g. what the
+algorithm needs to run there). With --model: build, split (features -> (B, D), head the final Linear D -> C),
+init (same seed, same weights), vectorize (or the reason). Exit status: 0 all pass, 1 a property fails, 2 bad name,
+override or --only."""
 
 
 def add_check(sub) -> None:
@@ -23,14 +29,18 @@ def add_check(sub) -> None:
                        description="Check the platform's guarantees on one registered algorithm: one line per "
                                    "property, PASS or FAIL with a short reason.", epilog=EPILOG_CHECK,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    c.add_argument("name", help="a registered algorithm name (see `flplat list`)")
+    c.add_argument("name", nargs="?", help="a registered algorithm name (see `flplat list`)")
+    c.add_argument("--model", default=None, metavar="NAME", help="check a registered model instead of an algorithm")
+    c.add_argument("--input-shape", default=None, metavar="C,H,W",
+                   help="with --model: the input shape to build it for (default: the first of 1,28,28 / 3,32,32 / 20 "
+                        "it accepts)")
     c.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides of the tiny federation")
     c.add_argument("--only", default=None, metavar="PROP,...", help="comma-separated properties (default: all)")
     c.add_argument("--json", action="store_true", help="print the results as one JSON list instead of lines")
 
 
 def cmd_check(args) -> int:
-    from flplat.studies.conformance import check
+    from flplat.errors import ConfigError
 
     only = [p.strip() for p in args.only.split(",") if p.strip()] if args.only else None
 
@@ -38,7 +48,25 @@ def cmd_check(args) -> int:
         if not args.json:
             print(r.line(), flush=True)
 
-    results = check(args.name, args.overrides, only, report)
+    if args.model is not None:
+        from flplat.studies.model_check import check_model
+
+        shape = None
+        if args.input_shape:
+            try:
+                shape = [int(v) for v in args.input_shape.split(",")]
+            except ValueError:
+                raise ConfigError(f"--input-shape={args.input_shape!r} is not valid; allowed: positive integers "
+                                  "separated by commas, e.g. 3,32,32") from None
+        overrides = [args.name, *args.overrides] if args.name else list(args.overrides)
+        results = check_model(args.model, overrides, shape, only, report)
+        args.name = args.model
+    elif args.name is None:
+        raise ConfigError("flplat check needs an algorithm NAME or --model NAME")
+    else:
+        from flplat.studies.conformance import check
+
+        results = check(args.name, args.overrides, only, report)
     if args.json:
         print(json.dumps([{"property": r.prop, "ok": r.ok, "detail": r.detail, "seconds": round(r.seconds, 2)}
                           for r in results], indent=2))
