@@ -337,3 +337,42 @@ def test_a_false_vectorizes_declaration_fails_check_and_the_declaration_is_what_
 
     assert not Stepping.vectorizes
     assert hook_reason(Stepping(torch.zeros(1), 0.1)) == "hook Stepping does not declare vectorizes"
+
+
+# ---- what a run and the tables record -----------------------------------------------------------------------------
+
+class NoUnseenModel(FedAvg):
+    name = "test_no_unseen_model"
+    eval_models = EvalModels("global", "not_applicable", "it needs a client's labels")
+
+
+def test_flux_test_phase_headers_name_each_rows_declared_model(register):
+    from flplat.studies.papers import flux
+    from flplat.studies.reproduce import Method
+
+    t = {x.id: x for x in flux.TABLES}
+    for tid in ("test_phase", "test_phase_fmnist", "officehome_test_phase"):
+        text = t[tid].notes["reduced"]
+        assert "Unseen clients are scored with the model each method declares: FedAvg, pFedMe, APFL: the global " \
+               "model; IFCA, FedRC, FedEM, FeSEM, FedDrift, CFL: the ensemble of the cluster models" in text, tid
+        assert "ATP, Flux, Flux + noise guard, Flux-prior: the model inferred at test time" in text
+    assert "Unseen clients" not in t["known_association"].notes["reduced"]
+    register(NoUnseenModel)
+    assert flux.unseen_models([Method("N", ["algorithm.name=test_no_unseen_model"])]) == (
+        "Unseen clients are scored with the model each method declares: N: not applicable (it needs a client's "
+        "labels).")
+
+
+def test_the_run_records_which_models_scored_its_clients(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from flplat.configure import load_config
+    from flplat.experiment import run
+
+    cfg = load_config(None, cf.tiny_overrides(**{"algorithm.name": "fedrep", "federation.rounds": 1,
+                                                 "tracking.enabled": "true", "tracking.plots": "false",
+                                                 "tracking.store_dir": str(tmp_path), "fabric.num_threads": 1}))
+    _, run_id = run(cfg, progress=False)
+    tags = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id).data.tags
+    assert tags["flplat.eval.seen_model"] == "personal"
+    assert tags["flplat.eval.unseen_model"] == f"client_ensemble: {FedRep.eval_models.note}"
