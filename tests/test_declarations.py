@@ -33,7 +33,9 @@ from flplat.studies import declarations as dc
 
 def _bare(cls, **attrs):
     """An instance of ``cls`` without __init__ (only its declarations and methods matter)."""
-    sub = type(cls.__name__, (cls,), {"aggregate": lambda self, state, results, ops: state, **attrs})
+    # eval_models restated: a subclass defining eval_weights without declaring would otherwise be inferred "personal"
+    sub = type(cls.__name__, (cls,), {"aggregate": lambda self, state, results, ops: state,
+                                      "eval_models": cls.eval_models, **attrs})
     return object.__new__(sub)
 
 
@@ -208,6 +210,7 @@ class MislabelledGlobal(FedAvg):
     """Declares that clients are scored with the global model while eval_weights says otherwise."""
 
     name = "test_mislabelled_global"
+    eval_models = EvalModels("global", "global", "the global model")
 
     def eval_weights(self, state, client):
         return state.weights * 0.5
@@ -223,9 +226,10 @@ class NeverClusters(ClusteredStrategy):
 
 
 class UndeclaredTestTime(FedAvg):
-    """Infers unseen clients' models but does not declare it."""
+    """Infers unseen clients' models but declares that they are scored with the global model."""
 
     name = "test_undeclared_test_time"
+    eval_models = EvalModels("global", "global", "the global model")
 
     def test_time_weights(self, state, ops, clients):
         return [state.weights for _ in clients]
@@ -262,7 +266,7 @@ def test_a_clustered_method_whose_clustering_never_runs_fails_check(register):
     assert ok.ok and "cluster model(s)" in ok.detail
 
 
-def test_undeclared_test_time_inference_fails_check(register):
+def test_test_time_inference_declared_otherwise_fails_check(register):
     r = _check(register(UndeclaredTestTime), "evaluation")
     assert not r.ok and r.detail == "test_time_weights gives models but eval_models.unseen is 'global'"
 
@@ -376,3 +380,27 @@ def test_the_run_records_which_models_scored_its_clients(tmp_path):
     tags = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id).data.tags
     assert tags["flplat.eval.seen_model"] == "personal"
     assert tags["flplat.eval.unseen_model"] == f"client_ensemble: {FedRep.eval_models.note}"
+
+
+def test_a_method_defined_without_a_declaration_scores_with_its_own_method():
+    """A plugin written before the declarations: a class that defines eval_weights (or test_time_weights) without
+    declaring eval_models is scored with its own method, not the inherited declaration's model."""
+
+    class Personal(FedAvg):
+        def eval_weights(self, state, client):
+            return state.weights
+
+    class Inferring(FedAvg):
+        def test_time_weights(self, state, ops, clients):
+            return [state.weights for _ in clients]
+
+    class Declared(FedAvg):
+        eval_models = EvalModels("global", "global")
+
+        def eval_weights(self, state, client):
+            return state.weights
+
+    assert (Personal.eval_models.seen, Personal.eval_models.unseen) == ("personal", "global")
+    assert (Inferring.eval_models.seen, Inferring.eval_models.unseen) == ("global", "test_time")
+    assert Declared.eval_models == EvalModels("global", "global")
+    assert type("Sub", (Declared,), {}).eval_models == EvalModels("global", "global")  # inherited where not redefined

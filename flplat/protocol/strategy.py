@@ -298,7 +298,9 @@ class Strategy(ABC):
     # K clients (PQFed's inner federation: the target and its collaborators); None: all K. FedDyn's 1/K reads it.
     population: int | None = None
     # which model a training client and an unseen client are scored with (see EvalModels); a strategy whose answer
-    # depends on its config sets ``self.eval_models`` in ``__init__``
+    # depends on its config sets ``self.eval_models`` in ``__init__``. A class that defines ``eval_weights`` or
+    # ``test_time_weights`` itself without declaring this gets ``seen="personal"`` / ``unseen="test_time"`` (its own
+    # method is then what scores its clients)
     eval_models: ClassVar[EvalModels] = EvalModels("global", "global", "the global model")
     # True: ``aggregate`` reads only each group's sample-weighted mean model (:meth:`mean_groups`), so a sharded round
     # all-reduces those means instead of gathering every client's model. A class that defines ``aggregate`` itself
@@ -307,8 +309,15 @@ class Strategy(ABC):
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        if "aggregate" in vars(cls) and "reduces_across_shards" not in vars(cls):
+        # a declaration about a method is not inherited by a class that defines that method itself
+        own = vars(cls)
+        if "aggregate" in own and "reduces_across_shards" not in own:
             cls.reduces_across_shards = False
+        if "eval_models" not in own and own.keys() & {"eval_weights", "test_time_weights"}:
+            d = cls.eval_models
+            cls.eval_models = EvalModels("personal" if "eval_weights" in own else d.seen,
+                                         "test_time" if "test_time_weights" in own else d.unseen,
+                                         "its own eval_weights / test_time_weights (not declared)")
 
     def __init__(self, cfg: Any, info: FederationInfo):
         self.cfg = cfg
