@@ -91,6 +91,7 @@ def permuted_init(w: torch.Tensor, layout, rng: np.random.Generator) -> torch.Te
 @register_algorithm
 class FedSoft(ClusteredStrategy):
     name = "fedsoft"
+    eval_models = ClusteredStrategy.eval_models  # eval_model=personal: set in __init__
 
     @dataclass(frozen=True)
     class Config:
