@@ -197,8 +197,12 @@ class Evaluator:
             out["test_phase_auroc"] = float(np.nanmean(aurocs))
         return out
 
+    def data_changed(self) -> None:
+        """The training clients' data switched (a drift stage, :meth:`FederatedData.enter_round`): recount."""
+        self._counts.clear()
+
     def _train_counts(self, what: str) -> np.ndarray:
-        """``data.label_counts("train")`` / ``data.num_samples("train")``, computed once (the partition is fixed)."""
+        """``data.label_counts("train")`` / ``data.num_samples("train")``, computed once per drift stage."""
         if what not in self._counts:
             self._counts[what] = getattr(self.data, what)("train")
         return self._counts[what]

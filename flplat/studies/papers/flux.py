@@ -105,7 +105,7 @@ SCALABILITY = "configs/flux/scalability_1200.yaml"
 # opt-in, not in the paper: Flux clustering on the label-free part d' = [mu_x, sigma_x] alone (at 27-29 distinct
 # images per client the class-conditional part is sampling noise; docs/flux_clustering.md, "Flux at 1,200 clients")
 LABEL_FREE = Method("Flux (d' only)", ["algorithm.name=flux", "algorithm.descriptor_part=marginal"])
-SCALABILITY_CELLS = [Cell(f"{s}_l{lv}", SCALABILITY, [f"partition.shift_type={s}", f"partition.shift_level={lv}"])
+SCALABILITY_CELLS = [Cell(f"{s}_l{lv}", SCALABILITY, [f"partition.type={s}", f"partition.level={lv}"])
                      for s, lv in (("feature", 3), ("label", 7), ("concept_yx", 5), ("concept_xy", 6))]
 SCALABILITY_SCALES = {
     # 40 training + 10 unseen clients share the 600-image smoke pool (12 each), 8 of them per round
@@ -181,14 +181,14 @@ CHEXPERT_CELLS = [Cell(lv, f"configs/flux/chexpert_{lv}.yaml") for lv in ("low",
 OFFICEHOME_CELLS = [Cell("domains", "configs/flux/officehome.yaml")]
 # smoke: tiny images and few clients (the CI's generated files hold a few dozen images)
 REAL_SMOKE = [*SMOKE, "partition.num_clients=4", "partition.num_unseen_clients=2"]
-CHEXPERT_SCALES = {"smoke": [*REAL_SMOKE, "data.chexpert.image_size=16"],
-                   "reduced": ["data.chexpert.max_train_rows=20000", "data.chexpert.image_size=32"]}
-OFFICEHOME_SCALES = {"smoke": [*REAL_SMOKE, "data.officehome.image_size=16"],
-                     "reduced": ["data.officehome.image_size=32"]}
+CHEXPERT_SCALES = {"smoke": [*REAL_SMOKE, "data.image_size=16"],
+                   "reduced": ["data.max_train_rows=20000", "data.image_size=32"]}
+OFFICEHOME_SCALES = {"smoke": [*REAL_SMOKE, "data.image_size=16"],
+                     "reduced": ["data.image_size=32"]}
 _SMOKE_NOTE = "CI size: 4 clients (2 unseen), 16 x 16 images, 2 rounds of 1 epoch, the MLP"
 CHEXPERT_NOTES = {
     "smoke": _SMOKE_NOTE,
-    "reduced": "the first 20,000 rows of train.csv instead of all (data.chexpert.max_train_rows) and 32 x 32 images "
+    "reduced": "the first 20,000 rows of train.csv instead of all (data.max_train_rows) and 32 x 32 images "
                "instead of 64 x 64; ResNet-9, 20 + 20 unseen clients, 20 rounds, E = 2, lr 0.005 as the paper. "
                + GUARD,
     "paper": "the paper's setting (the ready configs as they are; the whole train.csv, 64 x 64 images as Flux's code). "
@@ -301,3 +301,8 @@ TABLES.append(Table(
     [Cell(cid) for cid in _table1_parts(LEVELS)], METHODS, metric="known_association_accuracy", kind="derived",
     parts=_table1_parts(LEVELS), scale_parts={"smoke": _table1_parts(SMOKE_LEVELS)}, notes=TABLE1_NOTES,
     **{k: v for k, v in COMMON.items() if k not in ("notes", "scales")}))
+
+# the ablations of App. F.6.2-F.6.4 (Tables 63-66) and the descriptor fidelity of App. C.1.2 (Table 4)
+from flplat.studies.papers import flux_ablations  # noqa: E402
+
+TABLES += flux_ablations.TABLES
