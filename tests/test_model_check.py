@@ -105,3 +105,18 @@ def test_model_overrides_and_input_shape(registered, capsys):
     assert main(["check", "--model", name, "width=3"]) == 2
     assert "flplat check --model takes model.KEY=VALUE overrides" in capsys.readouterr().err
     assert main(["check", "--model", name, "--only", "nope"]) == 2
+
+
+def test_check_model_through_the_cli_input_shape_and_kind(registered, capsys):
+    """``--model`` is a NAME-kind flag beside ``--dataset`` / ``--partition``; ``--input-shape`` reaches the model and
+    is refused, in one line, without ``--model`` or when it is not integers."""
+    name = registered("_test_tiny", Tiny)
+    assert main(["check", "--model", name, "--input-shape", "2,5", "--only", "split", "--json"]) == 0
+    assert '"detail": "features -> (B, 8), head Linear 8 -> ' in capsys.readouterr().out
+    assert main(["check", "fedavg", "--input-shape", "1,28,28"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--input-shape is only for --model NAME")
+    assert main(["check", "--model", name, "--input-shape", "a,b"]) == 2
+    assert "--input-shape='a,b' is not valid; allowed: positive integers" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["check", "--model", "--dataset", name])
+    assert e.value.code == 2
