@@ -1,8 +1,8 @@
 """Clust-PSI-PFL (seed 000): Table III (global test accuracy) and Table IV (AD; lower is better), K = 100, one block
 per dataset of Table I (``table3`` / ``table4``: FMNIST; ``table3_<data>`` / ``table4_<data>``: ACSIncome, Serengeti,
-CIFAR-10, Sent140, Amazon reviews, each with the paper's model of §IV-A-d, tools/make_paper_configs.py), every
-Table II method (the Table II best hyperparameters are the algorithms' defaults), CL (centralised
-training) as the reference line of the paper's table.
+CIFAR-10, Sent140, Amazon reviews, each with the paper's model of §IV-A-d,
+tools/generators/make_paper_configs.py), every Table II method (the Table II best hyperparameters are the algorithms'
+defaults), CL (centralised training) as the reference line of the paper's table.
 
 Reduced scale (the CPU reduction of docs/results_earlier.md, Run B): the ``mlp`` (128-64) instead of the light
 CNN (one CNN round took 86-145 s here), T = 20 rounds instead of 40, E = 5, evaluation every 5 rounds.
