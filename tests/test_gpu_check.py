@@ -79,7 +79,7 @@ def test_one_check_failing_or_hanging_does_not_stop_the_others(gc_mod, tmp_path)
     m.run_check("a", breaks, ctx, rep, cap=30)
     m.run_check("b", hangs, ctx, rep, cap=0.5)
     m.run_check("c", passes, ctx, rep, cap=30)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 20  # not the 30 s the hanging check asks for (slack for a loaded machine)
     assert [(o.name, o.status) for o in rep.checks] == [("a[1]", "PASS"), ("a", "FAIL"), ("b", "FAIL"), ("c", "PASS")]
     assert rep.checks[1].detail.startswith("RuntimeError: broken here at test_gpu_check.py:")
     assert "its cap" in rep.checks[2].detail
@@ -100,7 +100,7 @@ def test_the_overall_budget_skips_instead_of_overrunning(gc_mod, tmp_path):
     nearly = m.Context("cpu", True, tmp_path, time.monotonic() + m.RESERVE_S + 1.0)
     t0 = time.monotonic()
     m.run_check("y", slow, nearly, rep, cap=30)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 20  # skipped at once, not after the check's 30 s
     assert [(o.name, o.status) for o in rep.checks] == [("x", "SKIP"), ("y", "SKIP")]
     assert all("overall budget" in o.detail for o in rep.checks)
 
@@ -243,11 +243,12 @@ def test_checks_that_overrun_leave_the_grid_its_share_of_the_budget(gc_mod, tmp_
     monkeypatch.setattr(m, "RESERVE_S", 0.5)
     monkeypatch.setattr(m, "run_grid", lambda ctx, report: grid_left.append(ctx.left()))
     t0 = time.monotonic()
-    assert m.main(["--tiny", "--out", str(tmp_path), "--budget-s", "10", "--only", "a,grid"]) == 0
+    assert m.main(["--tiny", "--out", str(tmp_path), "--budget-s", "20", "--only", "a,grid"]) == 0
     took = time.monotonic() - t0
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     assert [(c["name"], c["status"]) for c in data["checks"]] == [("a", "SKIP")]
     assert "overall budget" in data["checks"][0]["detail"]
-    # the checks stop at CHECKS_SHARE x 10 s (less the reserve): the grid starts with the rest, 4 s
-    assert took < 10 * m.CHECKS_SHARE + 2
-    assert 10 * (1 - m.CHECKS_SHARE) - 1.5 < grid_left[0] < 10 * (1 - m.CHECKS_SHARE)
+    # the checks stop at CHECKS_SHARE x 20 s (less the reserve), not after the hanging check's 60 s: the grid
+    # starts with the rest, 9 s (slack for a loaded machine)
+    assert took < 20 * m.CHECKS_SHARE + 8
+    assert 20 * (1 - m.CHECKS_SHARE) - 4 < grid_left[0] < 20 * (1 - m.CHECKS_SHARE)
