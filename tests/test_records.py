@@ -298,3 +298,59 @@ def test_the_committed_cafa_table4_records_render_the_committed_numbers(tmp_path
     want = rows((done / "cafa_table4.md").read_text())
     assert rows(out) == want and want[("fmnist_0-29", "CAFA")] == "78.4 ± 2.6 (3)"
     assert "Code: 7 of 7 runs come from other code than this command's, 7 of them imported" in out
+
+
+# ------------------------------------------------------------------------- another machine: what counts as finished
+
+
+def test_on_the_importing_machine_only_a_changed_config_is_left_to_run(made, tmp_path):
+    """Store B holds only the imported records: the grid as it ran has nothing left to run; the same grid with
+    another setting (``--set``: another config, another key) has its job to run, and the imported run is not taken
+    for it."""
+    store = tmp_path / "store"
+    assert _run(["reproduce", "--import", str(made["out"]), "--store-dir", str(store)])[0] == 0
+    rc, out, err = _run([*GRID, "--store-dir", str(store), "--print-jobs"])
+    assert rc == 0 and out.strip() == "", out
+    rc, out, err = _run([*GRID, "federation.local_epochs=2", "--store-dir", str(store), "--print-jobs"])
+    (line,) = out.strip().splitlines()
+    assert rc == 0 and "federation.local_epochs=2" in line and "table3_digits" in line
+
+
+def test_a_record_without_its_config_whose_hash_is_its_jobs_is_keyed_as_that_job_with_its_code(made, tmp_path):
+    """A record of the earlier format (no config) that recorded the job's config hash and its code: the config it ran
+    is the job's, to the hash; it is not marked as imported without its config, and its code counts as recorded."""
+    (rec,) = made["recs"]
+    f = _write(tmp_path / "old" / RECORDS, [{k: rec[k] for k in (*OLD_FIELDS, "code", "stale")}])
+    store = tmp_path / "store"
+    rc, out, err = _run([*GRID, "--store-dir", str(store), "--import", str(f), "--render-only"])
+    assert rc == 0, err
+    assert f"{f}: 1 records: 1 imported\n" in err and _table(out) == made["table"]
+    (run,) = _kids(store)
+    assert "flplat.import.no_config" not in run.data.tags and run.data.tags["flplat.code"] == rec["code"]["key"]
+    f2 = _write(tmp_path / "nocode" / RECORDS, [{k: rec[k] for k in OLD_FIELDS}])  # no code recorded: unknown code
+    store2 = tmp_path / "store2"
+    rc, out, err = _run([*GRID, "--store-dir", str(store2), "--import", str(f2), "--render-only"])
+    assert rc == 0 and "(1 made before runs recorded their code)" in err and "(1, 1 from other code)" in out
+
+
+def test_pooled_cell_records_name_their_member_and_old_ones_are_told_apart_by_their_hash(tmp_path):
+    """A pooled cell runs one job per member under the cell's id: a record names its member; a record of the
+    earlier format (no config, no member) is matched to the member whose config hash it recorded, and refused when
+    it recorded none of theirs."""
+    from flplat.studies.reproduction.grid import paper_tables, plan
+    from flplat.studies.reproduction.importing import import_records
+
+    t = next(t for t in paper_tables("flux") if t.id == "test_assignment")
+    jobs = plan("flux", t, "reduced", [0], ["Flux"], ["mnist_label"], [], "reproduce-flux", str(tmp_path / "s"))
+    assert [j.member for j in jobs] == ["label_l2", "label_l8"]
+    old = {"table": "test_assignment", "cell": "mnist_label", "method": "Flux", "seed": 0, "run_id": "r",
+           "value": 0.5, "metrics": {"test_phase_accuracy": 0.5}}
+    f = _write(tmp_path / "in" / "flux_test_assignment_runs.jsonl",
+               [old | {"config_key": jobs[1].key}, old | {"config_key": "0123456789abcdef"}])
+    got = import_records([str(f)], str(tmp_path / "store"))
+    assert got.runs == 1 and len(got.unmatched) == 1
+    assert "name 2 jobs (s0 label_l2, s0 label_l8) and its config hash is none of theirs" in got.unmatched[0]
+    (run,) = _kids(tmp_path / "store", "reproduce-flux")
+    assert run.data.tags["flplat.config_key"] == jobs[1].key and run.info.run_name == \
+        "test_assignment/mnist_label/label_l8/Flux/s0"
+    assert "flplat.import.no_config" not in run.data.tags

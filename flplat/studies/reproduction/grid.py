@@ -245,6 +245,7 @@ class Job:
     # the resolved config as runs log it (:func:`flplat.config_io.loggable`) without ``tracking`` (this machine's
     # store): what its run record carries (:mod:`flplat.studies.reproduction.records`)
     resolved: dict | None = field(default=None, repr=False, compare=False)
+    member: str | None = None  # the member of a pooled cell (``Cell.members``) it runs, None in a plain cell
 
 
 def record_config(cfg) -> dict:
@@ -329,5 +330,5 @@ def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, ce
                 path = str(REPO / config) if config else None
                 cfg = load_config(path, over)
                 jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg), code_identity(cfg),
-                                record_config(cfg)))
+                                record_config(cfg), p.id if p is not c else None))
     return jobs

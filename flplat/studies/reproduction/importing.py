@@ -11,10 +11,13 @@ What was decided and why:
   and hashed like any run (:func:`flplat.config_io.config_key`). So the key is the job's key exactly when the run
   computed what the job asks for; the record's own key is kept as a tag. Its code identity is kept too: a run of
   other code is counted and marked, and ``--rerun-stale`` trains it again, as any run of other code.
-* **Records without a config** (written before records carried it) are matched to the job the table defines now
-  (``--set`` does not apply) at the record's scale, by table, cell, method and seed; only when these name exactly
-  one job. Such a run is tagged ``flplat.import.no_config`` and counts as unknown code (:data:`~.store.NO_CONFIG`:
-  the tables say how many of their runs are such), since nothing says it ran that config. A record that matches no
+* **Records without a config** (written before records carried it) are matched to the jobs the table defines now
+  (with the import's ``--set``) at the record's scale, by table, cell, member of a pooled cell, method and seed. The
+  job whose config hash is the record's ``config_key`` is the config it ran, to the hash: it is keyed as that job,
+  with the code the record gave (unknown code when none). Otherwise the record is taken for its job only when these
+  name exactly one job; such a run is tagged ``flplat.import.no_config`` and counts as unknown code
+  (:data:`~.store.NO_CONFIG`: the tables say how many of their runs are such), since nothing says it ran that
+  config. A record that matches no
   job (a table, cell or method renamed, an added method, a config that no longer loads) is reported in one line and
   not imported, never dropped silently.
 * **Idempotent.** A record whose key has a FINISHED run in the store already (made here, or imported before) adds
@@ -65,6 +68,7 @@ class Item:
     source: tuple[str, str | None]  # (file, commit) of the first record
     records: list[dict] = field(default_factory=list)
     points: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> step -> value (from the values)
+    member: str | None = None  # the member of a pooled cell its job runs
 
 
 @dataclass
@@ -180,8 +184,10 @@ class _Jobs:
         self.cache: dict[tuple, list[Job]] = {}
         self.overrides = list(overrides)
 
-    def find(self, paper: str, table: str, scale: str, cell: str, method: str, seed: int | None) -> tuple[Job, str]:
-        """The one job of (table, cell, method, seed) at ``scale`` and the metric the table reads of it."""
+    def find(self, paper: str, table: str, scale: str, cell: str, method: str, seed: int | None,
+             member: str | None = None) -> tuple[list[Job], str]:
+        """The jobs of (table, cell, ``member`` of a pooled cell, method, seed) at ``scale`` (one but in a pooled
+        cell when the record names no member) and the metric the table reads of them."""
         from flplat.studies.reproduction.collect import job_metric
 
         t = next((t for t in paper_tables(paper) if t.id == table), None)
@@ -202,11 +208,10 @@ class _Jobs:
                                        f"reproduce-{paper}", "mlruns")
             except ConfigError as e:
                 raise _Unmatched(f"its job's config does not load now ({e})") from None
-        found = self.cache[key]
-        if len(found) != 1:
-            raise _Unmatched(f"table, cell, method and scale name {len(found)} jobs (seeds "
-                             f"{', '.join(str(j.seed) for j in found)}), not one: the record gives no seed")
-        return found[0], job_metric(t, cell, method)
+        found = [j for j in self.cache[key] if member is None or j.member == member]
+        if not found:
+            raise _Unmatched(f"{cell} has no member {member!r} at the {scale} scale now")
+        return found, job_metric(t, cell, method)
 
 
 def _keyed(rec: dict, path: Path, jobs: _Jobs) -> tuple[Item, str | None]:
@@ -227,9 +232,16 @@ def _keyed(rec: dict, path: Path, jobs: _Jobs) -> tuple[Item, str | None]:
             raise _Unmatched(f"its config does not load now ({e})") from None
         resolved = _resolved(cfg)
         return Item(paper, config_key(cfg), _params(resolved), parent, bool(rec.get("config_inferred")),
-                    (str(path), None)), rec.get("metric")
-    job, metric = jobs.find(paper, rec["table"], scale, rec["cell"], rec["method"], rec.get("seed"))
-    return Item(paper, job.key, _params(job.resolved), parent, True, (str(path), None)), metric
+                    (str(path), None), member=rec.get("member")), rec.get("metric")
+    found, metric = jobs.find(paper, rec["table"], scale, rec["cell"], rec["method"], rec.get("seed"),
+                              rec.get("member"))
+    same = [j for j in found if j.key == rec.get("config_key")]  # the config it ran is the job's, to the hash
+    if not same and len(found) != 1:
+        names = sorted(f"s{j.seed}" + (f" {j.member}" if j.member else "") for j in found)
+        raise _Unmatched(f"table, cell, method and scale name {len(found)} jobs ({', '.join(names)}) and its config "
+                         "hash is none of theirs: the record gives no seed or member to tell them apart")
+    job = (same or found)[0]
+    return Item(paper, job.key, _params(job.resolved), parent, not same, (str(path), None), member=job.member), metric
 
 
 def record_cfg(config: dict):
@@ -387,8 +399,9 @@ def _write_run(store: Store, item: Item, parent: str) -> None:
     rec, client = item.records[0], store.client
     now = int(time.time() * 1000)
     start = rec.get("start_time") if isinstance(rec.get("start_time"), int) else now
+    cell = f"{rec['cell']}/{item.member}" if item.member else rec["cell"]  # as the run that made it was named
     run_id = client.create_run(store.exp_id, start_time=start, tags=_tags(item, parent), run_name=
-                               f"{rec['table']}/{rec['cell']}/{rec['method']}/s{rec.get('seed')}").info.run_id
+                               f"{rec['table']}/{cell}/{rec['method']}/s{rec.get('seed')}").info.run_id
     try:
         params = [Param(k, v) for k, v in sorted(item.params.items())]
         for i in range(0, len(params), 100):

@@ -2,14 +2,14 @@
 JSON object per line and job of the table, enough to render the table again and to skip its finished runs on another
 machine once imported into a store (:mod:`flplat.studies.reproduction.importing`).
 
-A record (``"record": 2``) holds the job (``paper``, ``table``, ``cell``, ``method``, ``seed``, ``scale``, the
-``parent`` run it was nested under: ``<paper>/<table>@<scale>``), its run (``run_id``, ``status`` FINISHED or FAILED
-with its ``error``, ``start_time`` / ``end_time`` in ms), what identifies it (``config_key`` and ``config``, the
-resolved config as runs log it without ``tracking``; ``config_inferred`` when the run itself was imported from a
-record without a config), the code that made it (``code``: :class:`~flplat.tracking.provenance.CodeIdentity` as a
-dict, None when not recorded; ``stale``: why it is another code than its job's now, or None) and what the table and
-its figure read (``metric`` and ``value``; ``metrics``: the run's final metrics; ``history``: per metric the
-``[step, value]`` points; ``artifacts``: path -> text).
+A record (``"record": 2``) holds the job (``paper``, ``table``, ``cell``, ``member`` in a pooled cell, ``method``,
+``seed``, ``scale``, the ``parent`` run it was nested under: ``<paper>/<table>@<scale>``), its run (``run_id``,
+``status`` FINISHED or FAILED with its ``error``, ``start_time`` / ``end_time`` in ms), what identifies it
+(``config_key`` and ``config``, the resolved config as runs log it without ``tracking``; ``config_inferred`` when the
+run itself was imported from a record without a config), the code that made it (``code``:
+:class:`~flplat.tracking.provenance.CodeIdentity` as a dict, None when not recorded; ``stale``: why it is another code
+than its job's now, or None) and what the table and its figure read (``metric`` and ``value``; ``metrics``: the run's
+final metrics; ``history``: per metric the ``[step, value]`` points; ``artifacts``: path -> text).
 
 What was decided and why:
 
@@ -82,14 +82,20 @@ def run_record(j: Job, run_id: str, metric: str, value: float | None, metrics: d
            "stale": stale_ids.get(run_id)}
     if run_id in store.no_config:
         rec["config_inferred"] = True
-    return rec
+    return _with_member(rec, j)
+
+
+def _with_member(rec: dict, j: Job) -> dict:
+    """``rec`` with the member of a pooled cell its job runs (``member``; absent in a plain cell)."""
+    return {**rec, "member": j.member} if j.member else rec
 
 
 def failed_record(j: Job, metric: str, error: str) -> dict:
     """The record of a job whose run ended with an error (no finished run of its config exists)."""
-    return {"record": RECORD_VERSION, "table": j.table, "cell": j.cell, "method": j.method, "seed": j.seed,
-            "run_id": None, "status": "FAILED", "error": error, "config_key": j.key, "metric": metric, "value": None,
-            "metrics": {}, "code": j.code.to_dict() if j.code else None, "stale": None}
+    return _with_member({"record": RECORD_VERSION, "table": j.table, "cell": j.cell, "method": j.method,
+                         "seed": j.seed, "run_id": None, "status": "FAILED", "error": error, "config_key": j.key,
+                         "metric": metric, "value": None, "metrics": {}, "code": j.code.to_dict() if j.code else None,
+                         "stale": None}, j)
 
 
 def complete(pairs: Iterable[tuple[Job, dict]], client, paper: str, scale: str, parent: str,
@@ -169,11 +175,16 @@ def read_records(path: str | Path) -> list[dict]:
         except json.JSONDecodeError as e:
             raise ConfigError(f"--import: {path}:{n} is not a JSON line ({e.msg}); allowed: the *{SUFFIX} records "
                               "of flplat reproduce --out") from None
-        if not isinstance(rec, dict) or any(not isinstance(rec.get(k), str) for k in REQUIRED) or \
-                not isinstance(rec.get("seed"), (int, type(None))) or \
-                any(not isinstance(rec.get(k) or {}, dict) for k in ("metrics", "config", "history", "artifacts")):
+        if not _is_record(rec):
             raise ConfigError(f"--import: {path}:{n} is not a run record (needs {', '.join(REQUIRED)} as text, "
-                              "seed an integer; metrics, config, history, artifacts objects); allowed: the records "
-                              "of flplat reproduce --out")
+                              "seed an integer, member text; metrics, config, history, artifacts objects); allowed: "
+                              "the records of flplat reproduce --out")
         out.append(rec)
     return out
+
+
+def _is_record(rec) -> bool:
+    """Whether a JSON value has the fields every record format has, of their types."""
+    return isinstance(rec, dict) and all(isinstance(rec.get(k), str) for k in REQUIRED) and \
+        isinstance(rec.get("seed"), (int, type(None))) and isinstance(rec.get("member"), (str, type(None))) and \
+        all(isinstance(rec.get(k) or {}, dict) for k in ("metrics", "config", "history", "artifacts"))
