@@ -194,8 +194,10 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
             if extra:
                 print(f"{t.id}: an analysis table (no training): the added methods are not in it", file=sys.stderr)
             plans[t.id] = (sd, None, t_methods, t_cells)
-    if records:
-        for line in import_records(records, store_dir, overrides).lines:
+    if records:  # the chosen tables' own records first (and a derived table's parts'): they win disagreements
+        own = [*(t.id for t in chosen), *(p.id for t in chosen if t.kind == "derived"
+                                          for comps in t.parts_at(scale).values() for p, _ in comps)]
+        for line in import_records(records, store_dir, overrides, [record_stem(paper, i, scale) for i in own]).lines:
             print(line, file=sys.stderr)
     backend = backend or LocalBackend(n_jobs)
     first = next((jobs[0] for _, jobs, *_ in plans.values() if jobs), None)

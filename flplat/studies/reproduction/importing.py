@@ -101,12 +101,16 @@ def record_files(paths: Sequence[str]) -> list[Path]:
     return list(dict.fromkeys(files))
 
 
-def import_records(paths: Sequence[str], store_dir: str = "mlruns", overrides: Sequence[str] = ()) -> Imported:
+def import_records(paths: Sequence[str], store_dir: str = "mlruns", overrides: Sequence[str] = (),
+                   first: Sequence[str] = ()) -> Imported:
     """Import the run records of ``paths`` (files or directories, :func:`record_files`) into the store of
     ``store_dir`` (see the module's docstring); ``overrides``: the ``--set`` of the grid that wrote the records
-    without a config (their jobs are matched with it). Returns what was done, with one line per record not imported
-    and one summary line per file."""
-    files = [(f, read_records(f)) for f in record_files(paths)]  # every file checked before anything is written
+    without a config (their jobs are matched with it); ``first``: the file stems (:func:`record_stem`) read before
+    the others, the tables a command renders, whose own records win where records without a config disagree.
+    Returns what was done, with one line per record not imported and one summary line per file."""
+    order = record_files(paths)
+    order.sort(key=lambda f: f.name[:-len(SUFFIX)] not in first)  # stable: otherwise as found
+    files = [(f, read_records(f)) for f in order]  # every file checked before anything is written
     out, items, jobs = Imported(), {}, _Jobs(overrides)
     matched: dict[tuple[str, str], tuple[str | None, str]] = {}  # a key of records without a config: (hash, where)
     outcome: list[tuple[Path, list]] = []  # per file, per record: its (paper, key), or the line saying why not
@@ -158,8 +162,9 @@ def _check_same(first: tuple[str | None, str], rec: dict) -> None:
     key, where = first
     if rec.get("config_key") != key:
         raise _Unmatched(f"it matches the job that {where} matched, but their recorded config hashes differ "
-                         f"({rec.get('config_key')} and {key}): their grids ran different settings; import each "
-                         "file with the --set its grid ran with, one command each")
+                         f"({rec.get('config_key')} and {key}): other runs, of other settings or of a flplat with "
+                         "another config form; the first is kept (a command's own tables are read first; import a "
+                         "file of another --set with that --set)")
 
 
 def _summary(path: Path, n: int, c: dict[str, int]) -> str:
