@@ -163,6 +163,24 @@ def test_a_record_without_its_config_is_matched_to_its_job_marked_and_trained_ag
         {r.info.run_id for r in _kids(store)} - {run.info.run_id}
 
 
+def test_a_record_without_its_times_is_written_again_without_times_and_not_summed(made, tmp_path):
+    (rec,) = made["recs"]
+    f = _write(tmp_path / "old" / RECORDS, [{k: rec[k] for k in OLD_FIELDS}])
+    store, out2, doc = tmp_path / "store", tmp_path / "out2", tmp_path / "results.md"
+    rc, _, err = _run([*GRID, "--store-dir", str(store), "--import", str(f), "--render-only", "--out", str(out2),
+                       "--results", str(doc)])
+    assert rc == 0, err
+    (run,) = _kids(store)
+    assert run.data.tags["flplat.import.untimed"] == "true"
+    (again,) = [json.loads(x) for x in (out2 / RECORDS).read_text().splitlines()]
+    assert again["start_time"] is None and again["end_time"] is None  # not the import's time as the run's
+    assert "1 runs, imported from records without their run times (run time not known)" in doc.read_text()
+    # a record with its times keeps them and is summed
+    (timed,) = made["recs"]
+    assert isinstance(timed["start_time"], int) and "flplat.import.untimed" not in \
+        _kids(made["store"])[0].data.tags
+
+
 def test_records_without_a_config_of_grids_with_other_settings_are_not_both_taken(made, tmp_path):
     """Two records without a config that match one job but recorded different hashes come from grids run with
     different settings (``--set``): the second is reported, in one import or a later one."""
