@@ -175,6 +175,7 @@ def test_a_record_without_its_times_is_written_again_without_times_and_not_summe
     (again,) = [json.loads(x) for x in (out2 / RECORDS).read_text().splitlines()]
     assert again["start_time"] is None and again["end_time"] is None  # not the import's time as the run's
     assert "1 runs, imported from records without their run times (run time not known)" in doc.read_text()
+    assert f"--out {out2} --import {f} --set" in doc.read_text()  # the command says where its runs came from
     # a record with its times keeps them and is summed
     (timed,) = made["recs"]
     assert isinstance(timed["start_time"], int) and "flplat.import.untimed" not in \
