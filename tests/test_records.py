@@ -112,8 +112,9 @@ def test_imported_records_render_the_same_table_and_train_nothing(made, tmp_path
     # written again from the imported store, the records say the same (a re-import elsewhere finds the same run)
     (again,) = [json.loads(x) for x in (out2 / RECORDS).read_text().splitlines()]
     (rec,) = made["recs"]
-    assert {k: again[k] for k in ("config", "config_key", "code", "metrics", "history", "value")} == \
-        {k: rec[k] for k in ("config", "config_key", "code", "metrics", "history", "value")}
+    assert {k: again[k] for k in ("config", "config_key", "code", "metrics", "history", "value", "run_id")} == \
+        {k: rec[k] for k in ("config", "config_key", "code", "metrics", "history", "value", "run_id")}
+    assert again["run_id"] == orig.info.run_id != run.info.run_id  # the run that made it, not the imported copy
 
 
 def test_importing_twice_adds_nothing_nor_into_the_store_that_made_the_runs(made, tmp_path):
