@@ -19,7 +19,7 @@ from flplat.data.files import DataUnavailableError
 from flplat.data.splits import InfeasiblePartitionError
 from flplat.studies.reproduction.execute import run_grid, skip_reason, stale_runs
 from flplat.studies.reproduction.grid import Job, Table, select
-from flplat.studies.reproduction.store import FAILED, Store
+from flplat.studies.reproduction.store import FAILED, NO_CLUSTERS, NO_VALUE, Store
 
 
 @dataclass
@@ -50,25 +50,33 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
     row_metric = {m.name: m.metric for m in t.methods}
     col_metric = {c.id: c.metric for c in t.cells}
     records, runs = [], set()
+    parts: dict[tuple[str, str, int], list[tuple[str, float | None, str | None]]] = {}  # mean cells, per seed
     for j in jobs:
         run_id, m = metrics.get(j.key, (None, {}))
         where, metric = (j.cell, j.method), row_metric[j.method] or col_metric[j.cell] or t.metric
-        if run_id is None and j.key in reasons:
-            got.skips.setdefault(where, []).append((j.seed, reasons[j.key]))
-        if not run_id:
-            continue
-        runs.add(run_id)
-        got.run_ids.setdefault(where, []).append(run_id)
-        v = store.value(run_id, m, metric)
-        if v is not None:
+        v = store.value(run_id, m, metric) if run_id else None
+        why = (store.no_value(run_id, metric) if v is None else None) if run_id else reasons.get(j.key)
+        if run_id:
+            runs.add(run_id)
+            got.run_ids.setdefault(where, []).append(run_id)
+            got.stale[where] = got.stale.get(where, 0) + (v is not None and run_id in got.stale_ids)
+            code = store.codes.get(run_id)
+            records.append({"table": t.id, "cell": j.cell, **({"part": j.part} if j.part else {}),
+                            "method": j.method, "seed": j.seed, "run_id": run_id, "config_key": j.key, "value": v,
+                            "metrics": m, "code": code.to_dict() if code else None,
+                            "stale": got.stale_ids.get(run_id)})
+        if j.part:
+            parts.setdefault((*where, j.seed), []).append((j.part, v, why))
+        elif v is not None:
             got.ours.setdefault(where, []).append(v)
-            got.stale[where] = got.stale.get(where, 0) + (run_id in got.stale_ids)
-        else:  # finished without the value (e.g. a clustered method that never formed clusters): say why
-            got.skips.setdefault(where, []).append((j.seed, store.no_value(run_id, metric)))
-        code = store.codes.get(run_id)
-        records.append({"table": t.id, "cell": j.cell, "method": j.method, "seed": j.seed, "run_id": run_id,
-                        "config_key": j.key, "value": v, "metrics": m, "code": code.to_dict() if code else None,
-                        "stale": got.stale_ids.get(run_id)})
+        elif why:  # skipped, failed, or finished without the value (e.g. clustering never started): say why
+            got.skips.setdefault(where, []).append((j.seed, why))
+    for (cell, method, seed), got_parts in parts.items():
+        value, why = mean_of_parts(got_parts)
+        if value is not None:
+            got.ours.setdefault((cell, method), []).append(value)
+        elif why:
+            got.skips.setdefault((cell, method), []).append((seed, why))
     got.n_runs = len(runs)
     got.refused = refused_rows(t, jobs, metrics, reasons)
     if out_dir:  # the raw per-run records behind the table
@@ -78,6 +86,21 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
         with open(Path(out_dir) / f"{stem}_runs.jsonl", "w") as fh:
             fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
     return got
+
+
+def mean_of_parts(parts: Sequence[tuple[str, float | None, str | None]]) -> tuple[float | None, str | None]:
+    """A mean cell's value for one seed from its parts' ``(part, value, why it has none)``: the mean when every
+    part has a value; else None and the reason of the first part without one, prefixed with the part (its kind's
+    prefix, e.g. "failed: ", kept first so that the table names it), or None when that part was simply not run."""
+    missing = [(p, why) for p, v, why in parts if v is None]
+    if not missing:
+        return statistics.fmean(v for _, v, _ in parts), None
+    part, why = missing[0]
+    if why is None:
+        return None, None
+    prefix = next((p for p in (FAILED, NO_CLUSTERS, NO_VALUE) if why.startswith(p)), "")
+    more = f" ({len(missing) - 1} more part(s) without a value)" if len(missing) > 1 else ""
+    return None, f"{prefix}part {part}: {why[len(prefix):]}{more}"
 
 
 def refused_rows(t: Table, jobs: list[Job], metrics: dict, reasons: dict[str, str]) -> list[str]:

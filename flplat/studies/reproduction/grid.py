@@ -47,6 +47,15 @@ class Cell:
     metric: str | None = None  # this column's run metric when it is not the table's; ``NAME@STEP``: the value of the
     #                            metric NAME logged at step STEP (a series, e.g. CAFA's windowed accuracy)
     note: str | None = None  # what this cell sets beyond its ready config and why, stated in the table's header
+    # a mean cell: its value for a seed is the mean of its parts' values (each part a config + overrides run per
+    # method and seed, after this cell's overrides; e.g. a paper's mean over shift types); a seed where a part has
+    # no value has none, with that part's reason
+    parts: list[Cell] = field(default_factory=list)
+
+    def configs(self) -> list[str]:
+        """The ready configs this cell runs (its own, or its parts')."""
+        return [p for p in (c.config or self.config for c in self.parts) if p] if self.parts else \
+            ([self.config] if self.config else [])
 
 
 @dataclass
@@ -97,7 +106,7 @@ class Table:
     def data_names(self) -> list[str]:
         """The datasets this table runs: its ``datasets`` and the ``data.name`` of every ready config it names."""
         names = list(self.datasets)
-        for path in dict.fromkeys([*(c.config for c in self.cells), *(m.config for m in self.methods)]):
+        for path in dict.fromkeys([*(p for c in self.cells for p in c.configs()), *(m.config for m in self.methods)]):
             if path:
                 names.append(_config_data_name(path))
         return list(dict.fromkeys(names))
@@ -181,7 +190,13 @@ def paper_module(paper: str):
 
 
 def paper_tables(paper: str) -> list[Table]:
-    return list(paper_module(paper).TABLES)
+    """The paper's tables: its module's ``TABLES``, then those of the further modules
+    :data:`flplat.studies.papers.MORE_MODULES` lists for it (e.g. Flux's sweeps)."""
+    from flplat.studies.papers import MORE_MODULES
+
+    mods = [paper_module(paper), *(importlib.import_module(f"flplat.studies.papers.{m}")
+                                   for m in MORE_MODULES.get(paper, ()))]
+    return [t for mod in mods for t in mod.TABLES]
 
 
 @dataclass
@@ -194,6 +209,11 @@ class Job:
     overrides: list[str]
     key: str  # hash of the resolved config
     code: CodeIdentity | None = None  # the code that would make its run now (flplat.tracking.provenance)
+    part: str = ""  # the part of a mean cell (Cell.parts) this run is, "" for a plain cell
+
+    @property
+    def label(self) -> str:
+        return f"{self.table} {self.cell}{'/' + self.part if self.part else ''} {self.method} s{self.seed}"
 
 
 def select(items, names: Sequence[str] | None, what: str, attr: str):
@@ -261,10 +281,14 @@ def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, ce
             continue
         for m in select(table.methods, methods, "methods", "name"):
             for s in (seeds if baseline_seeds is None or table.all_seeds(m.name) else seeds[:baseline_seeds]):
-                over = [*c.overrides, *(_fill(o, c.params) for o in m.overrides), *over_scale, *extra, f"seed={s}",
-                        f"tracking.experiment={experiment}", f"tracking.store_dir={store_dir}",
-                        f"tracking.run_name={table.id}/{c.id}/{m.name}/s{s}"]
-                path = str(REPO / (m.config or c.config)) if (m.config or c.config) else None
-                cfg = load_config(path, over)
-                jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg), code_identity(cfg)))
+                for p in c.parts or [c]:
+                    part = p.id if c.parts else ""
+                    name = f"{table.id}/{c.id}{'/' + part if part else ''}/{m.name}/s{s}"
+                    over = [*c.overrides, *(p.overrides if part else []), *(_fill(o, c.params) for o in m.overrides),
+                            *over_scale, *extra, f"seed={s}", f"tracking.experiment={experiment}",
+                            f"tracking.store_dir={store_dir}", f"tracking.run_name={name}"]
+                    conf = m.config or p.config or c.config
+                    path = str(REPO / conf) if conf else None
+                    cfg = load_config(path, over)
+                    jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg), code_identity(cfg), part))
     return jobs

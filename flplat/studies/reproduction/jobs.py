@@ -159,11 +159,13 @@ def _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, ove
         sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
         jobs = plan(paper, t, scale, sd, *sel[t.id], overrides, experiment, store_dir, baseline_seeds)
         for j in unfinished(paper, jobs, store, rerun_stale)[0]:
-            if j.key not in seen:
-                seen.add(j.key)
+            # the parts of a mean cell run under one command (its --cells names the cell: it runs every part)
+            whole = (t.id, j.cell, j.method, j.seed) if j.part else None
+            if j.key not in seen and whole not in seen:
+                seen.update({j.key, whole} - {None})
                 runs.append((t.id, j, load_config(j.config, list(j.overrides)), extra.get(j.method),
                              j.key in store.replaced))
-    cpus_gpus = resources([(f"{t} {j.cell} {j.method} s{j.seed}", cfg) for t, j, cfg, *_ in runs])
+    cpus_gpus = resources([(j.label, cfg) for _, j, cfg, *_ in runs])
     for t in chosen:
         store.client.set_terminated(store.parent(paper, t.id, scale), "SCHEDULED")
     return runs, cpus_gpus

@@ -171,6 +171,8 @@ def describe_metric(metric: str) -> str:
     ``rounds_to_accP`` (C_acc), ``best_X``, ``NAME@STEP`` (a series at one step), else the run's last logged
     value of the metric."""
     name, _, step = metric.partition("@")
+    if step == "sum":
+        return f"the sum of {name} over the run's rounds ({metric})"
     if step:
         return f"{name} at step {step}"
     m = re.fullmatch(r"(.+)_last(\d+)", name)
@@ -199,6 +201,8 @@ def value_note(table: Table, cells: Sequence[str] | None = None, methods: Sequen
     groups: dict[str, list[tuple[str, str]]] = {}  # metric without its step -> [(cell, step)]
     for cid, metric in by_cell.items():
         name, _, step = metric.partition("@")
+        if step == "sum":  # a run-level number, not a series read at a step
+            name, step = metric, ""
         groups.setdefault(name, []).append((cid, step))
     parts = []
     for name, members in groups.items():
@@ -210,6 +214,13 @@ def value_note(table: Table, cells: Sequence[str] | None = None, methods: Sequen
     text = f"Each value is {parts[0]}" if len(parts) == 1 else "Each value is, per cell, " + "; ".join(parts)
     if rows:
         text += "; per row, " + "; ".join(f"{name}: {describe_metric(metric)}" for name, metric in rows.items())
+    means: dict[str, list[str]] = {}  # the parts of the mean cells -> those cells
+    for c in cs:
+        if c.parts:
+            means.setdefault(", ".join(p.id for p in c.parts), []).append(c.id)
+    if means:
+        text += ("; a mean cell holds, per seed, the mean of that value over its parts' runs (" +
+                 "; ".join(f"{', '.join(cids)}: {parts}" for parts, cids in means.items()) + ")")
     unit = {1.0: "", 100.0: "; in percent (× 100)"}.get(table.scale_factor, f"; × {table.scale_factor:g}")
     return (f"{text}{unit}. Ours is the mean ± std over the seeds (population std) of the runs with a value, their "
             "number in brackets.")
