@@ -12,7 +12,11 @@ are data, ``configs/papers/<paper>.yaml`` (see :func:`load_paper_values`). A tab
   test-phase tables) share runs. ``--add-method "NAME=key=value,..."`` adds a user's method (any registered
   algorithm, plugins included, with its overrides; see :func:`parse_added_method`) as a row of every train table,
   run at the same scale and seeds and cached the same way; it has no paper value, and its verdict says where it
-  stands against the table's reference. ``--jobs N`` runs cells in N worker processes with one thread each.
+  stands against the table's reference. ``--jobs N`` runs cells in N worker processes with one thread each. A
+  *mean cell* (``Cell.parts``: a paper's mean over shift types or levels, e.g. Flux's Tables 8 and 51) is one run
+  per part, method and seed, its value for a seed the mean of its parts' values (none, with the first missing
+  part's reason, while a part has none); its parts are the runs of the per-part cells of other tables when their
+  configs resolve the same. A cell's metric ``NAME@sum`` is the sum of NAME over the run's rounds (a run's time).
 * ``analysis``: no training (CBCC's IID detection, PQFed's EMD curve); a function of (cell, seed) that returns
   one number per row ("method"), logged on the parent run.
 

@@ -171,10 +171,15 @@ def descriptors_2d(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return pts, cluster
 
 
-def fig11(ctx: FigureContext, method: str = "Flux") -> None:
-    """Fig. 11: per cell, the descriptors ``method``'s first run logged, in 2-D, coloured by its clusters."""
+def fig11(ctx: FigureContext) -> None:
+    """Fig. 11: per cell, the descriptors its first Flux run logged, in 2-D, coloured by its clusters (every row of
+    the table reads the same Flux run)."""
     plt = _pyplot()
-    cells = [(c, ids[0]) for (c, m), ids in ctx.runs.items() if m == method and ids]
+    first: dict[str, str] = {}
+    for (c, _), ids in ctx.runs.items():
+        if ids:
+            first.setdefault(c, ids[0])
+    cells = list(first.items())
     if not cells:
         return
     cols = min(3, len(cells))

@@ -51,6 +51,7 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
     col_metric = {c.id: c.metric for c in t.cells}
     records, runs = [], set()
     parts: dict[tuple[str, str, int], list[tuple[str, float | None, str | None]]] = {}  # mean cells, per seed
+    stale_seeds: set[tuple[str, str, int]] = set()  # a mean cell's seed with a part of other code
     for j in jobs:
         run_id, m = metrics.get(j.key, (None, {}))
         where, metric = (j.cell, j.method), row_metric[j.method] or col_metric[j.cell] or t.metric
@@ -59,7 +60,10 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
         if run_id:
             runs.add(run_id)
             got.run_ids.setdefault(where, []).append(run_id)
-            got.stale[where] = got.stale.get(where, 0) + (v is not None and run_id in got.stale_ids)
+            if run_id in got.stale_ids and j.part:
+                stale_seeds.add((*where, j.seed))
+            elif run_id in got.stale_ids and v is not None:
+                got.stale[where] = got.stale.get(where, 0) + 1
             code = store.codes.get(run_id)
             records.append({"table": t.id, "cell": j.cell, **({"part": j.part} if j.part else {}),
                             "method": j.method, "seed": j.seed, "run_id": run_id, "config_key": j.key, "value": v,
@@ -75,6 +79,7 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
         value, why = mean_of_parts(got_parts)
         if value is not None:
             got.ours.setdefault((cell, method), []).append(value)
+            got.stale[(cell, method)] = got.stale.get((cell, method), 0) + ((cell, method, seed) in stale_seeds)
         elif why:
             got.skips.setdefault((cell, method), []).append((seed, why))
     got.n_runs = len(runs)
