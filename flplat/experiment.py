@@ -25,8 +25,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from flplat.algorithms import ALGORITHMS
-from flplat.config import dotlist, parse_config, validate
+from flplat.config import validate
 from flplat.config_io import config_key, flatten, loggable, loggable_yaml
+from flplat.config_load import dotlist, parse_config
 from flplat.configure import load_config, registries  # noqa: F401  (load_config: re-exported)
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
@@ -168,8 +169,8 @@ REQUESTED_CLIENTS_TAG = "flplat.requested.partition.num_clients"  # the written 
 
 def fill_num_clients(cfg: DictConfig, data: FederatedData) -> DictConfig:
     """``cfg`` with ``partition.num_clients`` set to the number of clients the partition produced, where that differs
-    from the written value (``natural``: the dataset's own clients decide, after ``natural_min_samples`` /
-    ``natural_max_clients``; a plugin's partition), as a copy. As with :func:`fill_vocab_size`, the returned config
+    from the written value (``natural``: the dataset's own clients decide, after ``partition.min_samples`` /
+    ``max_clients``; a plugin's partition), as a copy. As with :func:`fill_vocab_size`, the returned config
     is what the run logs (params, ``config.yaml``), so ``partition.num_clients`` shows the real federation; the
     written value goes to the run's tag ``flplat.requested.partition.num_clients``, and the config hash stays that
     of the config as written (a re-run of the same command finds its run)."""
@@ -404,8 +405,10 @@ def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictC
         raise ConfigError(f"--resume={run_id!r}: no checkpoint {path}; allowed: the id of an unfinished run "
                           f"with tracking.checkpoint_every > 0 (set tracking.store_dir / checkpoint_dir to its store)")
     data = checkpoint.load(path)
-    base = OmegaConf.create(data["meta"]["config_yaml"])
+    from flplat.data.legacy import upgrade_config
     from flplat.plugins import load_plugins
+
+    base = OmegaConf.create(upgrade_config(OmegaConf.create(data["meta"]["config_yaml"])))  # an older run's too
 
     load_plugins(base.get("plugins"))  # the run's own plugins (its config recorded them)
     cfg = validate(OmegaConf.merge(parse_config(None, ()), base,

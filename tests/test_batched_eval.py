@@ -145,7 +145,7 @@ def test_evaluate_columns_matches_the_per_client_loop(group_size, model, monkeyp
     ex = LocalExecutor(p.trainer, p.data, 0, eval_group_size=group_size)
     calls: dict[str, int] = {}
     _spy(monkeypatch, StackedScorer, "score", calls)
-    _spy(monkeypatch, LocalExecutor, "_score_groups", calls)
+    _spy(monkeypatch, LocalExecutor, "evaluate_groups", calls)
     for split in ("test", "train"):
         req = _personal_requests(p, p.data.num_clients)
         loop = EvalColumns.from_results(ex.evaluate(req, split))
@@ -156,7 +156,7 @@ def test_evaluate_columns_matches_the_per_client_loop(group_size, model, monkeyp
         np.testing.assert_allclose(vec.loss_sum, loop.loss_sum, rtol=1e-5, atol=1e-6)
     assert calls["score"] >= 2  # vmap groups ran
     if group_size == 0:  # clients 3, 5, 7 share one tensor and are read in one window: one shared pass
-        assert calls["_score_groups"] >= 1
+        assert calls["evaluate_groups"] >= 1
     assert vec.num_samples[4] > 0 and loop.num_samples[4] > 0  # train split: client 4 has rows
     assert p.data.num_samples("test")[4] == 0
 

@@ -128,8 +128,8 @@ def test_dynamic_start_eq14():
 
 # ------------------------------------------------------------------------------------------- algorithm
 def flux_cfg(**extra):
-    over = {"data.name": "digits", "partition.name": "shift", "partition.shift_type": "label",
-            "partition.shift_level": 6, "partition.num_clients": 8, "partition.num_unseen_clients": 4,
+    over = {"data.name": "digits", "partition.name": "shift", "partition.type": "label",
+            "partition.level": 6, "partition.num_clients": 8, "partition.num_unseen_clients": 4,
             "partition.samples_per_client": 120, "partition.train_fraction": 0.6, "partition.val_fraction": 0.2,
             "partition.test_fraction": 0.2, "model.name": "mlp", "model.hidden": "[32]", "algorithm.name": "flux",
             "federation.rounds": 4, "federation.client_fraction": 1.0,
@@ -220,7 +220,7 @@ def test_test_phase_ensemble_for_methods_without_mechanism_and_yx_not_applicable
     ex = LocalExecutor(p.trainer, p.data, 0)
     direct = np.mean([r.accuracy for r in ex.evaluate([(q, s.state.weights) for q in p.data.unseen_ids], "test")])
     assert s.metrics["test_phase_accuracy"] == pytest.approx(direct)  # one-model ensemble = the global model
-    yx = _run(flux_cfg(**{"partition.shift_type": "concept_yx"}))
+    yx = _run(flux_cfg(**{"partition.type": "concept_yx"}))
     assert "test_phase_accuracy" not in yx.metrics and "known_association_accuracy" in yx.metrics
 
 

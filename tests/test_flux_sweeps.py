@@ -1,7 +1,8 @@
 """Flux's sweeps and ablations as `flplat reproduce flux` items (flplat/studies/papers/flux_sweeps.py): the paper's
-numbers as typed (a hand-checked sample, and Table 51 = the mean of Tables 52-55), mean cells (``Cell.parts``: the
-plan, the value, the reason of a seed without one, one --print-jobs command per cell), ``NAME@sum``, the maths of Fig.
-9 and the findings by hand, and every new item's smoke cell end to end on the small MNIST of tests/conftest.py."""
+numbers as typed (a hand-checked sample, and Table 51 = the mean of Tables 52-55), pooled cells averaged per seed
+(``Cell.per_seed``: the plan, the value, the reason of a seed without one, one --print-jobs command per cell),
+``NAME@sum``, the maths of Fig. 9 and the findings by hand, and every new item's smoke cell end to end on the small
+MNIST of tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from flplat.cli import main
 from flplat.studies import reproduce as rp
 from flplat.studies.papers import flux_figures as figs
 from flplat.studies.papers import flux_sweeps as fs
-from flplat.studies.reproduction.collect import mean_of_parts
+from flplat.studies.reproduction.collect import mean_of_members
 
 
 def _table(tid: str) -> rp.Table:
@@ -38,8 +39,6 @@ def _table(tid: str) -> rp.Table:
     ("table61", "s16_midhigh_test", "Flux", (73.3, 5.2)),
     ("table61", "s100_high_known", "FedAvg", (72.0, 1.9)),
     ("table62", "label_known", "Flux", (97.5, 0.5)),
-    ("table6", "static", "FeSEM", (66.0, 6.0)),
-    ("table6", "static", "Flux-soft", (86.5, 1.3)),
     ("fig8", "mnist_r7", "Flux", (95.42, 1.0)),  # the authors' plotting script: 0.9542, std 0.01
 ])
 def test_sweep_paper_values_sample(table, cell, method, expected):
@@ -51,7 +50,6 @@ def test_sweep_paper_reasons():
     v = rp.load_paper_values("flux")
     assert "not available" in rp.paper_value(v, "clients", "k100_known", "CFL")[2]  # F.2: not run at 100 clients
     assert rp.paper_value(v, "clients_time", "k5", "FedAvg")[2].startswith("log2 s 4.443 (21.8 s")
-    assert rp.paper_value(v, "table6", "dynamic", "Flux")[2].startswith("not run: needs the dynamic-drift generator")
     assert rp.paper_value(v, "fig10", "mnist_t0.06", "Flux")[0] is None
 
 
@@ -68,11 +66,11 @@ def test_table51_is_the_mean_of_tables_52_to_55():
                                                                                            abs=0.05)
 
 
-# ------------------------------------------------------------------------------------------------- mean cells
-def test_a_mean_cell_plans_one_run_per_part_with_the_cells_and_the_parts_overrides():
+# ------------------------------------------------------------------------------------ pooled cells, per seed
+def test_a_pooled_cell_plans_one_run_per_member_with_the_cells_and_the_members_overrides():
     t = _table("table5")
     jobs = rp.plan("flux", t, "smoke", [0], None, ["eps0.1_test"], [], "e", "/tmp/unused")
-    assert [j.part for j in jobs] == ["feature", "label", "concept_xy"]  # P(Y|X) has no test phase
+    assert [j.member for j in jobs] == ["feature", "label", "concept_xy"]  # P(Y|X) has no test phase
     j = jobs[1]
     assert j.cell == "eps0.1_test" and j.label == "table5 eps0.1_test/label Flux s0"
     assert {"algorithm.dp_epsilon=0.1", "partition.num_clients=5", "partition.shift_type=label",
@@ -96,16 +94,16 @@ def test_tables_that_share_cells_share_their_runs():
     assert {j.key for j in ka if j.method == "Flux" and j.cell == "label_l8"} <= {j.key for j in f10}
 
 
-def test_the_value_of_a_mean_cell_and_why_a_seed_has_none():
-    assert mean_of_parts([("a", 0.5, None), ("b", 0.8, None)]) == (pytest.approx(0.65), None)
-    value, why = mean_of_parts([("a", 0.5, None), ("b", None, "failed: diverged"), ("c", None, "x")])
-    assert value is None and why == "failed: part b: diverged (1 more part(s) without a value)"
-    assert mean_of_parts([("a", 0.5, None), ("b", None, None)]) == (None, None)  # a part not run: the seed is not run
+def test_the_value_of_a_per_seed_pooled_cell_and_why_a_seed_has_none():
+    assert mean_of_members([("a", 0.5, None), ("b", 0.8, None)]) == (pytest.approx(0.65), None)
+    value, why = mean_of_members([("a", 0.5, None), ("b", None, "failed: diverged"), ("c", None, "x")])
+    assert value is None and why == "failed: member b: diverged (1 more member(s) without a value)"
+    assert mean_of_members([("a", 0.5, None), ("b", None, None)]) == (None, None)  # a member not run: so is the seed
 
 
-def test_print_jobs_gives_one_command_per_mean_cell(tmp_path):
+def test_print_jobs_gives_one_command_per_pooled_cell(tmp_path):
     lines = rp.job_commands("flux", ["table5"], "smoke", cells=["eps0.01_known"], store_dir=str(tmp_path))
-    assert len(lines.splitlines()) == 1 and "--cells eps0.01_known" in lines  # its four parts run under it
+    assert len(lines.splitlines()) == 1 and "--cells eps0.01_known" in lines  # its four members run under it
 
 
 def test_sum_over_a_runs_rounds(tmp_path):
@@ -167,8 +165,8 @@ def _row(out: str, cell: str, method: str) -> str:
 
 
 def test_clients_items_smoke(tmp_path, capsys, small_mnist):
-    """Tables 51, 52 and 51's Time and Fig. 5 at K = 5: one run per shift serves them all, a mean cell's value is the
-    mean of its parts' values, Fig. 5 is drawn."""
+    """Tables 51, 52 and 51's Time and Fig. 5 at K = 5: one run per shift serves them all, a pooled cell's value is
+    the mean of its members' values, Fig. 5 is drawn."""
     out_dir = tmp_path / "out"
     assert main(["reproduce", "flux", "clients", "clients_k5", "clients_time", "fig5", "--scale", "smoke", "--cells",
                  "k5_known,k5_test,k5,label_known", "--methods", "FedAvg", "--store-dir", str(tmp_path),
@@ -180,7 +178,7 @@ def test_clients_items_smoke(tmp_path, capsys, small_mnist):
     assert "| k5 | FedAvg | log2 s 4.443 (21.8 s on the authors' GPUs) | " in out.out
     runs = [json.loads(x) for x in (out_dir / "flux_clients_smoke_runs.jsonl").read_text().splitlines()]
     known = [r for r in runs if r["cell"] == "k5_known"]
-    assert sorted(r["part"] for r in known) == sorted(fs.SHIFTS)
+    assert sorted(r["member"] for r in known) == sorted(fs.SHIFTS)
     mean = 100 * statistics.fmean(r["metrics"]["known_association_accuracy"] for r in known)
     assert f"| {mean:.4g} ± 0 (1) |" in _row(out.out, "k5_known", "FedAvg")
     time_runs = [json.loads(x) for x in (out_dir / "flux_clients_time_smoke_runs.jsonl").read_text().splitlines()]
@@ -198,17 +196,12 @@ def test_clients_items_smoke(tmp_path, capsys, small_mnist):
     ("fig11", "mnist_m3", "true M", "not reported", True),
     ("table61", "s4_low_known", "FedAvg", "70.4 ± 2.8", False),
     ("table62", "label_known", "Flux", "97.5 ± 0.5", False),
-    ("table6", "static", "Flux-soft", "86.5 ± 1.3", False),
 ])
 def test_sweep_item_smoke_cell(tmp_path, capsys, small_mnist, table, cell, method, paper, figure):
     out_dir = tmp_path / "out"
-    cells = f"{cell},dynamic" if table == "table6" else cell
-    assert main(["reproduce", "flux", table, "--scale", "smoke", "--cells", cells, "--methods", method,
+    assert main(["reproduce", "flux", table, "--scale", "smoke", "--cells", cell, "--methods", method,
                  "--store-dir", str(tmp_path), "--out", str(out_dir)]) == 0
     out = capsys.readouterr().out
     row = _row(out, cell, method)
     assert row.startswith(f"| {cell} | {method} | {paper}") and " (1) | " in row
     assert (out_dir / f"flux_{table}_smoke.png").is_file() == figure
-    if table == "table6":
-        assert "| dynamic | every method | — | — | — | not defined here: needs the dynamic-drift generator (not " \
-               "built yet)" in out

@@ -16,7 +16,9 @@ PKG = REPO / "flplat"
 # Bottom to top. A module may import modules of its own layer or of a lower one, never of a higher one.
 LAYERS = [
     ("flplat.errors",),                       # the input error and one-line checks: imports nothing of flplat
-    ("flplat.config", "flplat.config_io"),    # structured configs (registries are handed in); config text, hash
+    ("flplat.config", "flplat.config_io", "flplat.config_load", "flplat.config_sections"),  # the run frame
+    #                                           (registries are handed in); config text and hash; parsing text
+    #                                           into a config; one section checked against its entry's Config
     ("flplat.protocol",),                     # the strategy protocol (flat state, ServerState, Strategy, ClientPlan,
     #                                           LocalHook, ...), derive_seed, registries' bookkeeping
     ("flplat.maths", "flplat.metrics"),       # pure maths of the methods; evaluation and non-IID metrics
@@ -147,7 +149,9 @@ def test_imports_go_only_downwards():
 def test_errors_module_imports_nothing_of_flplat():
     graph = import_graph(_modules())
     assert graph["flplat.errors"] == set()
-    assert graph["flplat.config"] <= {"flplat.errors"}
+    assert graph["flplat.config"] <= {"flplat.errors", "flplat.config_sections"}
+    assert graph["flplat.config_load"] <= {"flplat.errors", "flplat.config", "flplat.config_sections"}
+    assert graph["flplat.config_sections"] <= {"flplat.errors"}
 
 
 def test_engine_and_algorithms_meet_only_in_the_protocol():
@@ -171,6 +175,6 @@ def test_top_level_is_the_design_cards():
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
     top = {line.split("/", 1)[0] for line in tracked.splitlines() if line}
-    allowed = {"pyproject.toml", "README.md", "flplat", "configs", "tests", "mlruns", "tools", "docs", ".ci",
-               ".gitignore"}
+    allowed = {"pyproject.toml", "README.md", "CHANGELOG.md", "flplat", "configs", "tests", "mlruns", "tools", "docs",
+               ".ci", ".gitignore"}
     assert top <= allowed, f"unexpected top-level entries: {sorted(top - allowed)}"

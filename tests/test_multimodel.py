@@ -125,3 +125,68 @@ def test_random_models_differ_but_keep_each_tensors_values():
     assert torch.equal(ms[0], w) and not torch.equal(ms[1], w) and not torch.equal(ms[1], ms[2])
     for a, b in zip(lay.offsets[:-1], lay.offsets[1:]):
         assert torch.equal(ms[1][a:b].sort().values, w[a:b].sort().values)
+
+
+# ---- the stacked forward (flplat/maths/stacked.py) with batch norm ------------------------------------------------
+
+def _bn_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(3 * 4 * 4, 5), nn.BatchNorm1d(5), nn.Linear(5, 2)).double()
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["masked", "no_padding"])
+def test_stacked_batch_norm_uses_each_models_real_rows_and_returns_its_statistics(padded):
+    """Training mode: each model's batch statistics over its real rows only (padded rows change nothing), its
+    gradients, and its running statistics as ``F.batch_norm`` updates them in its own module (float64: equal)."""
+    import copy
+
+    from flplat.maths.stacked import StackedForward
+
+    net = _bn_net().train()
+    lay = ParamLayout(net)
+    g, w = 3, 6
+    counts = [6, 4, 5] if padded else [6, 6, 6]
+    gen = torch.Generator().manual_seed(1)
+    models = torch.stack([lay.flatten().double() + 0.05 * torch.randn(lay.size, generator=gen, dtype=torch.float64)
+                          for _ in range(g)])
+    tensors = [v.reshape(g, *s).clone().requires_grad_(p) for v, s, p in
+               zip(models.split(lay.numels, dim=1), lay.shapes, lay.is_param)]
+    x, y = torch.randn(g, w, 1, 4, 4, generator=gen, dtype=torch.float64), torch.randint(0, 2, (g, w), generator=gen)
+    x[0, 5] = 1e3  # a huge padded row would move the statistics if it counted
+    mask = (torch.arange(w)[None] < torch.tensor(counts)[:, None]).double()
+    fwd = StackedForward(net, lay.names, randomness="different")
+    out, stats = fwd.with_stats(tensors, x, mask if padded else None)
+    loss = (nn.functional.cross_entropy(out.flatten(0, 1), y.flatten(), reduction="none").view(g, w) * mask).sum()
+    grads = torch.autograd.grad(loss, [t for t in tensors if t.requires_grad])
+    assert sorted(stats) == sorted(n for n in lay.names if "running" in n)
+    for k in range(g):
+        own = copy.deepcopy(net)
+        ParamLayout(own).load(models[k])
+        n = counts[k]
+        ref = own(x[k, :n])
+        torch.testing.assert_close(out[k, :n], ref, rtol=1e-10, atol=1e-12)
+        ref_grads = torch.autograd.grad(nn.functional.cross_entropy(ref, y[k, :n], reduction="sum"),
+                                        list(own.parameters()))
+        for got, want in zip(grads, ref_grads):
+            torch.testing.assert_close(got[k], want, rtol=1e-9, atol=1e-12)
+        for name, t in own.state_dict().items():
+            if name in stats:
+                torch.testing.assert_close(stats[name][k], t, rtol=1e-10, atol=1e-12)
+    net.eval()  # evaluation mode: each model's own running statistics, none returned
+    with torch.no_grad():
+        eval_out, none = fwd.with_stats([t.detach() for t in tensors], x)
+        assert none == {}
+        for k in range(g):
+            own = copy.deepcopy(net)
+            ParamLayout(own).load(models[k])
+            torch.testing.assert_close(eval_out[k], own(x[k]), rtol=1e-10, atol=1e-12)
+
+
+def test_stack_reason_names_normalisation_state_the_stack_cannot_keep():
+    from flplat.maths.stacked import stack_reason
+
+    assert stack_reason(_bn_net()) is None
+    assert "momentum=None" in stack_reason(nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3, momentum=None)))
+    assert "InstanceNorm2d" in stack_reason(nn.Sequential(nn.InstanceNorm2d(3, track_running_stats=True)))
+    assert stack_reason(nn.Sequential(nn.InstanceNorm2d(3), nn.LayerNorm(3))) is None

@@ -208,7 +208,7 @@ def _run(overrides: list[str]):
 
 def test_chexpert_files_train_with_bce_and_report_macro_auroc(isolated: Path, caplog) -> None:
     d = _chexpert_files(isolated / "chex")
-    base = ["data.name=chexpert", f"data.root={d}", "data.chexpert.image_size=8", "model.name=resnet9",
+    base = ["data.name=chexpert", f"data.root={d}", "data.image_size=8", "model.name=resnet9",
             "model.widths=[4,8,8,8]", "partition.name=iid", "partition.num_clients=3",
             "partition.train_fraction=0.6", "partition.val_fraction=0.15", "partition.test_fraction=0.25",
             "federation.rounds=2", "federation.local_epochs=1", "federation.batch_size=8", "algorithm.name=fedavg"]
@@ -222,8 +222,8 @@ def test_chexpert_files_train_with_bce_and_report_macro_auroc(isolated: Path, ca
     assert s.client_table["auroc"].shape == (3,)
     assert m["mean_local_auroc"] == pytest.approx(np.nanmean(s.client_table["auroc"]))
     assert np.isfinite(m["train_loss"]) and m["train_loss"] < 1.0  # BCE averaged over 14 labels (CE would fail)
-    assert "per-client loop (multi-label data" in caplog.text  # the vectorised path fell back, saying why
-    with pytest.raises(ConfigError, match="partition.name='dirichlet' deals samples by their class.*allowed: iid"):
+    assert "per-client loop" not in caplog.text  # multi-label data and ResNet-9's batch norm train vectorised
+    with pytest.raises(ConfigError, match="partition.name='dirichlet' needs one class per sample.*allowed: iid"):
         _run(base + ["partition.name=dirichlet"])
 
 
@@ -235,7 +235,7 @@ def test_sent140_files_train_the_lstm_with_the_vocabulary_filled_in(isolated: Pa
     more.write_text("\n".join(lines) + "\n", encoding="latin-1")
     from flplat.experiment import load_config, prepare
 
-    over = ["data.name=sent140", f"data.root={root}", "data.text.max_length=4", "model.name=sent140_lstm",
+    over = ["data.name=sent140", f"data.root={root}", "data.max_length=4", "model.name=sent140_lstm",
             "partition.name=iid", "partition.num_clients=2", "partition.train_fraction=0.7",
             "partition.test_fraction=0.3", "federation.rounds=2",
             "federation.batch_size=4", "algorithm.name=fedavg"]
@@ -315,7 +315,7 @@ def test_text_model_saved_by_mlflow_rebuilds_with_the_filled_vocabulary(isolated
     _sent140_csv(root / "sent140")
     store = isolated / "store"
     cfg = load_config(None, ["fabric.num_threads=1", f"tracking.store_dir={store}", "tracking.plots=false",
-                             "data.name=sent140", f"data.root={root}", "data.text.max_length=4",
+                             "data.name=sent140", f"data.root={root}", "data.max_length=4",
                              "model.name=sent140_lstm", "partition.name=iid", "partition.num_clients=2",
                              "partition.train_fraction=0.5", "partition.test_fraction=0.5", "federation.rounds=1",
                              "algorithm.name=fedavg"])
@@ -398,7 +398,7 @@ def test_flplat_evaluate_reports_the_runs_auroc_on_multi_label_data(isolated: Pa
     d = _chexpert_files(isolated / "chex")
     store = isolated / "store"
     cfg = load_config(None, ["fabric.num_threads=1", f"tracking.store_dir={store}", "tracking.plots=false",
-                             "data.name=chexpert", f"data.root={d}", "data.chexpert.image_size=8", "model.name=mlp",
+                             "data.name=chexpert", f"data.root={d}", "data.image_size=8", "model.name=mlp",
                              "model.hidden=[8]", "partition.name=iid", "partition.num_clients=3",
                              "partition.train_fraction=0.75", "partition.test_fraction=0.25", "federation.rounds=2",
                              "algorithm.name=fedavg"])
@@ -445,7 +445,7 @@ def test_text_models_train_vectorised_like_the_loop(isolated: Path, caplog, mode
     the vectorised clients give the loop's metrics."""
     root = isolated / "data"
     _sent140_csv(root / "sent140")
-    over = ["data.name=sent140", f"data.root={root}", "data.text.max_length=4", f"model.name={model}",
+    over = ["data.name=sent140", f"data.root={root}", "data.max_length=4", f"model.name={model}",
             "model.dropout=0.0", "partition.name=iid", "partition.num_clients=2", "partition.train_fraction=0.7",
             "partition.test_fraction=0.3", "federation.rounds=2", "federation.batch_size=2", "algorithm.name=fedavg"]
     if model == "sent140_lstm":
@@ -458,9 +458,8 @@ def test_text_models_train_vectorised_like_the_loop(isolated: Path, caplog, mode
     assert vec.metrics["global_accuracy"] == loop.metrics["global_accuracy"]
 
 
-def test_vectorised_clients_fall_back_for_resnet9_and_run_the_dapfl_cnn() -> None:
-    """ResNet-9's batch norm sends its clients to the loop (the reason names it); DA-PFL's CNN has no batch norm and
-    runs under vmap."""
+def test_vectorised_clients_run_resnet9_and_the_dapfl_cnn() -> None:
+    """ResNet-9 (batch norm: statistics per client, tests/test_vectorized.py) and DA-PFL's CNN run under vmap."""
     from types import SimpleNamespace
 
     from lightning.fabric import Fabric
@@ -476,5 +475,5 @@ def test_vectorised_clients_fall_back_for_resnet9_and_run_the_dapfl_cnn() -> Non
         trainer = ClientTrainer(fabric, build_model(model, (3, 16, 16), 3), x, y, opt, 2, 1)
         return VectorizedTrainer(trainer).model_reason
 
-    assert "BatchNorm2d" in reason({"name": "resnet9", "widths": [2, 2, 2, 2]})
+    assert reason({"name": "resnet9", "widths": [2, 2, 2, 2]}) is None
     assert reason({"name": "dapfl_cnn10", "channels": [2, 2], "fc": [4, 4]}) is None

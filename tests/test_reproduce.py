@@ -40,6 +40,12 @@ def test_paper_values_check_finds_a_missing_cell(tmp_path):
     ("flux", "known_association", "feature_l5", "Flux", (95.50, 0.10)),
     ("flux", "known_association", "concept_yx_l5", "FedAvg", (63.87, 0.36)),
     ("flux", "test_phase", "label_l8", "IFCA", (54.54, 5.97)),
+    ("flux", "known_association", "feature_l1", "FedAvg", (86.29, 0.45)),  # Table 12, levels 1-4
+    ("flux", "test_phase", "label_l4", "FeSEM", (90.93, 2.37)),  # Table 14
+    ("flux", "mean_by_level", "ka_l1", "FedAvg", (93.07, 0.50)),  # Table 10
+    ("flux", "mean_by_level", "tp_l5", "FedAvg", (86.62, 1.75)),  # Table 11
+    ("flux", "table1", "mnist_ka", "Flux", (92.5, 2.9)),
+    ("flux", "table1", "chexpert_tp", "APFL", (64.0, 0.4)),
     ("flux", "scalability", "label_l7", "FedAvg", (84.2, 2.5)),
     ("flux", "scalability", "concept_xy_l6", "Flux", (96.3, 0.1)),
     ("dapfl", "table1", "cifar10_k100_high", "DA-PFL", (68.25, None)),
@@ -110,15 +116,16 @@ def test_every_train_table_validates_at_every_scale(paper):
         if first is None:  # every cell waits for something, with its reason: nothing is planned
             assert rp.plan(paper, t, "smoke", [0], None, None, [], "x", "/tmp/unused") == []
             continue
-        # a mean cell with its first part only (its parts are ready configs under the cell's overrides; planning all
-        # of them at three scales takes minutes): one run per cell and method
-        t = replace(t, cells=[replace(c, parts=c.parts[:1]) for c in t.cells])
+        # a pooled cell with its first member at smoke only (its members are ready configs under the cell's
+        # overrides; planning all of them at three scales takes minutes): one run per cell and method at smoke
+        t = replace(t, cells=[replace(c, members=c.parts("smoke")[:1]) if c.members else c for c in t.cells])
         for cells, methods in (([first], None), (None, [t.methods[0].name])):
             jobs = _plan(paper, t, "smoke", methods, cells)
             assert jobs is None or len(jobs) == (len(t.methods) if cells else len(t.cells) - len(t.undefined))
         for scale in ("reduced", "paper"):  # a scale's overrides are the same for every run of the table
             jobs = _plan(paper, t, scale, None, [first])
-            assert jobs is None or len(jobs) == len(t.methods)
+            parts = len(next(c for c in t.cells if c.id == first).parts(scale))  # a pooled cell: one run per member
+            assert jobs is None or len(jobs) == len(t.methods) * parts
 
 
 def _plan(paper, t, scale, methods, cells):
@@ -303,7 +310,7 @@ def test_flux_tau_table_reads_the_true_m_from_fluxs_run(tmp_path, capsys, small_
     out = capsys.readouterr()
     assert "[2/2] tau label_l5" in out.err and "[3/" not in out.err
     t = next(t for t in rp.paper_tables("flux") if t.id == "tau")
-    m = prepare(load_config(str(rp.REPO / t.cells[0].config.replace("feature_l2", "label_l5")),
+    m = prepare(load_config(str(rp.REPO / next(c for c in t.cells if c.id == "label_l5").config),
                             t.scales["smoke"])).data.meta["num_distributions"]
     assert f"| label_l5 | true M | not reported | {m} ± 0 (1) |" in out.out
     assert f"| label_l5 | IFCA | not reported | {m} ± 0 (1) |" in out.out
@@ -354,7 +361,7 @@ def test_cli_analysis_table_smoke(tmp_path, capsys):
      "grid's"),
     (["dapfl", "table3_digits", "--add-method", "fedprox", "--add-method", "fedprox"], "'fedprox': table "
      "table3_digits already has"),
-    (["cafa", "table2", "--add-method", "fedprox"], "train nothing (analysis tables)"),
+    (["cafa", "table2", "--add-method", "fedprox"], "train nothing of their own (analysis or derived tables)"),
 ])
 def test_cli_bad_input_exits_2_without_runs(tmp_path, capsys, args, msg):
     assert main(["reproduce", *args, "--store-dir", str(tmp_path)]) == 2
@@ -488,8 +495,8 @@ def test_clust_psi_pfl_alpha_005_cell_redraws_as_the_paper():
 
     t = next(t for t in rp.paper_tables("clust-psi-pfl") if t.id == "table3")
     jobs = rp.plan("clust-psi-pfl", t, "reduced", [0], ["FedAvg"], None, [], "x", "/tmp/unused")
-    retries = {j.cell: load_config(j.config, j.overrides).partition.max_retries for j in jobs}
-    assert retries.pop("dirichlet_0.05") == 100_000 and set(retries.values()) == {100}
+    retries = {j.cell: load_config(j.config, j.overrides).partition.get("max_retries") for j in jobs}
+    assert retries.pop("dirichlet_0.05") == 100_000 and set(retries.values()) == {100, None}  # None: similarity
     cell = next(c for c in t.cells if c.id == "dirichlet_0.05")
     assert cell.note.startswith("partition.max_retries=100000, the paper's partition")
     assert [c.id for c in t.cells if c.overrides or c.note] == ["dirichlet_0.05"]
@@ -632,10 +639,10 @@ def test_a_cell_where_the_metric_is_undefined_is_one_row_with_the_reason_and_run
     assert "| b | FedAvg" not in md and "| a | New |" in md
     from flplat.studies.papers import flux
     tp = next(x for x in flux.TABLES if x.id == "test_phase")
-    assert set(tp.undefined) == {"concept_yx_l2", "concept_yx_l5", "concept_yx_l8"}
+    assert set(tp.undefined) == {f"concept_yx_l{lv}" for lv in range(1, 9)}
     for x in flux.TABLES:  # other datasets' test-phase tables as MNIST's; CheXpert / Office-Home run every cell
         if x.id.startswith("test_phase"):
-            assert set(x.undefined) == {"concept_yx_l2", "concept_yx_l5", "concept_yx_l8"}, x.id
+            assert set(x.undefined) == {f"concept_yx_l{lv}" for lv in range(1, 9)}, x.id
         else:
             assert not x.undefined, x.id
 

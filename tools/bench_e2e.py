@@ -27,6 +27,11 @@ number of steps. Ratios: ``flplat1`` and ``flplatvec`` against ``ref1``; ``flpla
     python tools/bench_e2e.py                                          # issue 15's setting, 3 repeats
     python tools/bench_e2e.py --hidden 128,64                          # the 128-64 MLP
     python tools/bench_e2e.py --sides ref2,flplat2 --rounds 10         # the sharded steady state
+    python tools/bench_e2e.py --sides flplat1,flplatvec --baseline /path/to/other/checkout   # before / after
+
+``--baseline DIR`` also runs every flplat side with another checkout's ``flplat`` (``PYTHONPATH=DIR``, its
+``configs/quickstart.yaml``) as ``<side>@base``, in the same alternation, and reports this checkout ÷ that one (the
+median of the per-repeat ratios): a change's before/after on the same machine at the same moment.
 
 Setting (issue 15): FMNIST, K = 100, Dirichlet α = 0.3, q = 0.5, batch 32, Adam 1e-3, MLP 784-200-200-10, E = 1,
 T = 3, tracking off, evaluation every round (the default ``federation.eval_every=1``).
@@ -211,7 +216,9 @@ def ref_worker(args) -> None:
 def run_side(side: str, args, argv: list[str], tmp: Path) -> dict:
     out = tmp / f"{side}.json"
     out.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    side, _, base = side.partition("@")
+    root = Path(args.baseline) if base else ROOT
+    env = {**os.environ, "PYTHONPATH": str(root)}
     for k in ("LOCAL_RANK", "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "REF_RANK", "OMP_NUM_THREADS"):
         env.pop(k, None)
     if side.startswith("ref"):
@@ -224,7 +231,7 @@ def run_side(side: str, args, argv: list[str], tmp: Path) -> dict:
                *flplat_overrides(args), *threads, *SIDE_OVERRIDES[side]]
         env["COLUMNS"] = "200"
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
         stdout, stderr = p.communicate(timeout=args.timeout)
@@ -277,6 +284,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--baseline", default=None, metavar="DIR",
+                    help="another checkout: its flplat sides run too, as <side>@base (before/after ratios)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads of the 1-process sides (0: torch's default, one per core)")
     ap.add_argument("--sides", default="ref1,flplat1,ref2,flplat2,flplatvec")
@@ -292,6 +301,8 @@ def main(argv=None) -> int:
         ref_worker(args)
         return 0
     sides = args.sides.split(",")
+    if args.baseline:
+        sides += [f"{s}@base" for s in sides if s.startswith("flplat")]
     _popen_wait4()
     print(f"{args.dataset} mlp [{args.hidden}]: K={args.clients} q={args.fraction} E={args.epochs} T={args.rounds} "
           f"B={args.batch_size} alpha={args.alpha} eval_every={args.eval_every}  cpus={os.cpu_count()}  "
@@ -323,6 +334,12 @@ def main(argv=None) -> int:
         print(f"{side:>10} {med['wall']:>7.2f} {med['steady']:>8.3f} {med['rss_gb']:>12.2f} {ref or '':>5} "
               f"{ratios['wall']:>10.3f} {ratios['steady']:>12.3f} {ratios['rss_gb']:>10.3f} "
               f"{rows[-1][side]['acc']:>9.4f}{verdict}")
+    for side in sides:
+        if side.endswith("@base"):
+            now = side.split("@")[0]
+            after = {k: statistics.median(r[now][k] / r[side][k] for r in rows) for k in ("wall", "steady")}
+            print(f"{now}: this checkout / {args.baseline}: e2e {after['wall']:.3f}, s/round {after['steady']:.3f} "
+                  f"(medians of {len(rows)} per-repeat ratios)")
     loads = [r["load"] for r in rows]
     print(f"load1 during the repeats: {min(loads):.2f}-{max(loads):.2f}"
           + ("  (above 2.5: wall times are disturbed by other processes)" if max(loads) > 2.5 else ""))

@@ -199,23 +199,22 @@ CATEGORIES = ("forward", "backward", "optimizer", "loss and masking", "batch ass
 
 @contextlib.contextmanager
 def labelled_flplat():
-    """Labels flplat's vectorised step phases for the profiler without changing what runs: the network's forward,
-    ``torch.autograd.grad`` (the backward), ``FunctionalOptimizer.step`` and ``VectorizedTrainer._schedule``."""
+    """Labels flplat's vectorised step phases for the profiler without changing what runs: the stacked forward
+    (``StackedForward.with_stats``), ``torch.autograd.grad`` (the backward), ``FunctionalOptimizer.step`` and
+    ``VectorizedTrainer._schedule``."""
+    from flplat.maths.stacked import StackedForward
+
     rf = torch.profiler.record_function
     vt_cls, opt_cls, grad = vectorized.VectorizedTrainer, vectorized.FunctionalOptimizer, torch.autograd.grad
-    orig_fwd, orig_step, orig_sched = vt_cls._forward, opt_cls.step, vt_cls._schedule
+    orig_fwd, orig_step, orig_sched = StackedForward.with_stats, opt_cls.step, vt_cls._schedule
 
-    def fwd(self):
-        f = orig_fwd(self)
+    def fwd(self, *a, **k):
+        with rf("forward"):
+            return orig_fwd(self, *a, **k)
 
-        def run(*a):
-            with rf("forward"):
-                return f(*a)
-        return run
-
-    def step(self, *a):
+    def step(self, *a, **k):
         with rf("optimizer"):
-            return orig_step(self, *a)
+            return orig_step(self, *a, **k)
 
     def sched(self, *a):
         with rf("batch assembly"):
@@ -225,11 +224,12 @@ def labelled_flplat():
         with rf("backward"):
             return grad(*a, **k)
 
-    vt_cls._forward, opt_cls.step, vt_cls._schedule, torch.autograd.grad = fwd, step, sched, grad_
+    StackedForward.with_stats, opt_cls.step, vt_cls._schedule, torch.autograd.grad = fwd, step, sched, grad_
     try:
         yield
     finally:
-        vt_cls._forward, opt_cls.step, vt_cls._schedule, torch.autograd.grad = orig_fwd, orig_step, orig_sched, grad
+        StackedForward.with_stats, opt_cls.step, vt_cls._schedule, torch.autograd.grad = (orig_fwd, orig_step,
+                                                                                          orig_sched, grad)
 
 
 def decompose(fn) -> tuple[dict[str, float], float, float]:

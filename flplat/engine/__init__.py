@@ -4,6 +4,7 @@
   :mod:`flplat.protocol` (the contract between the engine and the strategies, below both).
 * ``client`` -- the one training loop: a LightningModule driven by Lightning Fabric, reused for every client.
 * ``vectorized`` -- the same local training for a group of clients at once (``torch.func``).
+* ``optim`` -- the client optimizers: ``torch.optim`` for the loop, the same updates on stacked parameters.
 * ``orchestrator`` -- the one round loop (select, plan, train, aggregate, evaluate) and its callbacks.
 * ``executor`` -- where clients run: the in-process executor (training, scoring, ``compute``) and its requests.
 * ``sharding`` -- the sharded executor: a round's clients split over Fabric processes (else the in-process one).

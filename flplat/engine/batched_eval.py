@@ -19,8 +19,9 @@ Which clients share a model is read from the strategy's structure, never guessed
 **Personal models** (strategies that override ``eval_weights``: Ditto, FedRep, APFL, pFedMe, DA-PFL, Local, ...):
 :meth:`LocalExecutor.evaluate_columns` reads each client's model from the strategy as before and scores them in
 groups with :class:`StackedScorer`: a group's models stacked ``(G, P)`` (into one reused buffer), its clients'
-rows padded to the group's largest client ``(G, W)``, one ``torch.func`` ``vmap`` of ``functional_call`` of the
-shared network (as :mod:`flplat.engine.vectorized` trains), padded rows masked out of the sums. Clients are
+rows padded to the group's largest client ``(G, W)``, one stacked forward of the shared network
+(:class:`~flplat.maths.stacked.StackedForward`: ``vmap`` over ``functional_call``, what :mod:`flplat.engine.vectorized`
+trains with), padded rows masked out of the sums. Clients are
 visited in order of their number of rows, so a group's clients have similar sizes, in windows of at most
 ``federation.eval_group_size`` models held at once (0: as many as fit :data:`STACK_BYTES` = 128 MiB of float32
 weights, so 10,000 personal models are never held together; the window's models and the stacking buffer are
@@ -53,8 +54,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from flplat.maths.losses import hits, task_loss
+from flplat.maths.stacked import StackedForward, probe
 from flplat.protocol.state import ServerState
 from flplat.protocol.strategy import ClusteredStrategy, EvalResult, Strategy
 
@@ -116,8 +118,9 @@ class EvalColumns:
 class SplitRows:
     """The pool rows of every client's ``split`` as one index array in client order (CSR: ``rows``, ``offsets``),
     so selecting the rows of thousands of clients is a few vectorised numpy operations, not a call per client.
-    Built once per split: a partition's splits do not change during a run. Unseen (test-only) clients follow the
-    training clients, with the ids :meth:`FederatedData.indices` gives them."""
+    Built once per split and kept until the clients' splits change (a drift stage:
+    :meth:`LocalExecutor.data_changed`). Unseen (test-only) clients follow the training clients, with the ids
+    :meth:`FederatedData.indices` gives them."""
 
     def __init__(self, data, split: str):
         parts = [data.indices(k, split) for k in range(data.num_clients + len(data.unseen))]
@@ -189,20 +192,18 @@ def evaluate_shared(executor, groups: list[tuple[torch.Tensor, np.ndarray]], spl
 
 
 class StackedScorer:
-    """Scores groups of personal models at once: ``vmap`` over the stacked ``(G, P)`` flat vectors of a
-    :class:`~flplat.engine.client.ClientTrainer`'s network (see the module docstring). :meth:`reason` says why the
-    network cannot be run this way (probed once), or None."""
+    """Scores groups of personal models at once: the stacked forward (:class:`~flplat.maths.stacked.StackedForward`)
+    over the ``(G, P)`` flat vectors of a :class:`~flplat.engine.client.ClientTrainer`'s network (see the module
+    docstring). :meth:`reason` says why the network cannot be run this way (:func:`~flplat.maths.stacked.probe`,
+    once), or None."""
 
     def __init__(self, trainer, group_size: int = 0):
-        from torch.func import functional_call, vmap
-
         self.trainer = trainer
         lay = trainer.layout
         self.group_size = group_size
         self.numels, self.shapes = lay.numels, lay.shapes
         self.dtypes = [t.dtype for t in lay.tensors]
-        net, names = trainer.net, list(lay.names)
-        self._forward = vmap(lambda ps, x: functional_call(net, dict(zip(names, ps)), (x,)))
+        self._forward = StackedForward(trainer.net, lay.names)
         self._reason: str | None = None
         self._probed = False
 
@@ -212,50 +213,35 @@ class StackedScorer:
 
     def reason(self) -> str | None:
         if not self._probed:
-            self._reason, self._probed = self._probe(), True
+            tr = self.trainer
+            if len(tr.y) == 0:
+                self._reason = "the pool has no rows"
+            else:
+                tr.module.eval()
+                self._reason = probe(self._forward, tr.net, tr.layout.tensors, tr.x[:3], tr.fabric.autocast)[0]
+            self._probed = True
         return self._reason
 
-    @torch.no_grad()
-    def _probe(self) -> str | None:
-        tr = self.trainer
-        if len(tr.y) == 0:
-            return "the pool has no rows"
-        w = tr.layout.flatten()
-        stacked = torch.stack([w, w]).to(tr.fabric.device)
-        rows = torch.arange(min(3, len(tr.y)), device=tr.fabric.device)
-        try:  # a data-dependent forward (or an op without a batching rule) fails here, once
-            tr.module.eval()
-            with tr.fabric.autocast():
-                got = self._logits(stacked, torch.stack([rows, rows]))
-                want = tr.net(tr.x[rows])
-        except Exception as e:  # noqa: BLE001 -- any failure means "score one by one"
-            return f"vmap cannot run the model ({type(e).__name__}: {str(e).strip().splitlines()[0][:120]})"
-        # 16-bit outputs (bf16-true, or autocast) differ by their rounding between kernels: tolerance by dtype
-        eps = max(torch.finfo(got.dtype).eps, torch.finfo(want.dtype).eps)
-        tol = max(1e-3, 8 * eps)
-        if got.shape[1:] != want.shape or not torch.allclose(got.float(), want.float().expand_as(got), rtol=tol,
-                                                             atol=tol):
-            return "the vmapped model's output disagrees with the module's"
-        return None
-
-    def _logits(self, stacked: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    def _logits(self, stacked: torch.Tensor, idx: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         g, w = idx.shape
         views = [v.view(g, *s) if v.dtype == d else v.reshape(g, *s).to(d)
                  for v, s, d in zip(stacked.split(self.numels, dim=1), self.shapes, self.dtypes)]
         x = self.trainer.x.index_select(0, idx.reshape(-1)).view(g, w, *self.trainer.x.shape[1:])
-        return self._forward(views, x)
+        return self._forward(views, x, mask)
 
     @torch.no_grad()
-    def score(self, stacked: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-row losses and hits ``(G, W)`` of model g on the pool rows ``idx[g]``."""
+    def score(self, stacked: torch.Tensor, idx: torch.Tensor, mask: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-row losses (:func:`~flplat.maths.losses.task_loss`) and hits ``(G, W)`` of model g on the pool rows
+        ``idx[g]`` (``mask``: the real rows, for a layer that would compute statistics of its batch)."""
         tr = self.trainer
         tr.module.eval()
         with tr.fabric.autocast():
-            logits = self._logits(stacked, idx)
+            logits = self._logits(stacked, idx, mask)
         y = tr.y.index_select(0, idx.reshape(-1))
         flat = logits.flatten(0, 1)
-        loss = F.cross_entropy(flat.float(), y, reduction="none").view(idx.shape)
-        return loss, (flat.argmax(1) == y).view(idx.shape)
+        return (task_loss(flat.float(), y, reduction="none").view(idx.shape),
+                hits(flat, y).view(idx.shape))
 
 
 def log_fallback(reason: str) -> None:

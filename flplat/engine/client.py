@@ -12,6 +12,15 @@ result does not depend on which other clients ran before it or in which process.
 
 Batches: the last batch of an epoch is merged into the previous one when it would hold a single sample
 (batch norm cannot train on one sample); otherwise batches are exactly ``batch_size`` with a smaller last one.
+
+The client-execution core both trainers share (the vectorised one, :mod:`flplat.engine.vectorized`, trains groups
+of clients with it): :func:`client_batches` (a client's batch order), :func:`resolve_plan` (a plan's defaults),
+:func:`~flplat.maths.losses.task_loss` (the loss) and :mod:`flplat.engine.optim` (the optimizers).
+
+``16-mixed``: every client starts from the trainer's ``loss_scale`` with a fresh growth tracker (as it starts with
+a fresh optimizer), and the executor sets ``loss_scale`` after each ``train`` call to the smallest scale those
+clients ended with. One scaler carried from client to client made a client's result depend on which clients the
+process had trained before it (so two processes, or a vectorised group, could not give one process's result).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import lightning as L
 import numpy as np
@@ -27,6 +37,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.plugins.precision import Precision
 from torch import nn
 
+from flplat.engine.optim import make_optimizer
 from flplat.maths.losses import hits, task_loss
 from flplat.metrics.multilabel import macro_auroc
 from flplat.protocol.state import ParamLayout
@@ -58,16 +69,6 @@ class ClientModule(L.LightningModule):
         return loss
 
 
-def make_optimizer(name: str, params, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}")
-
-
 def batch_bounds(n: int, batch_size: int) -> list[tuple[int, int]]:
     """Batch [start, end) ranges covering n samples; a trailing single-sample batch joins the previous one."""
     bounds = [(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
@@ -75,6 +76,37 @@ def batch_bounds(n: int, batch_size: int) -> list[tuple[int, int]]:
         bounds[-2] = (bounds[-2][0], n)
         bounds.pop()
     return bounds
+
+
+def client_batches(indices, seed: int, epochs: int, batch_size: int
+                   ) -> tuple[list[torch.Tensor], list[tuple[int, int]]]:
+    """A client's batches, the one definition both trainers use: per local epoch, the pool rows ``indices`` in the
+    order of ``randperm`` drawn from ``torch.Generator().manual_seed(seed)`` (the epochs in turn from that one
+    generator), each order cut into the same :func:`batch_bounds`. Returns (orders, bounds)."""
+    idx = torch.as_tensor(indices, dtype=torch.long)
+    gen = torch.Generator().manual_seed(seed)
+    return [idx[torch.randperm(len(idx), generator=gen)] for _ in range(epochs)], batch_bounds(len(idx), batch_size)
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """A plan's local training with the federation's defaults filled in (:func:`resolve_plan`)."""
+
+    trainable: str
+    lr: float
+    epochs: int
+    optimizer: tuple[str, float, float]  # (name, momentum, weight decay)
+
+
+def resolve_plan(plan: ClientPlan, defaults: LocalSettings) -> LocalSettings:
+    """The one resolution of a plan's defaults, for both trainers: ``plan.lr`` / ``plan.epochs`` (None: the
+    federation's ``optimizer.lr`` / ``local_epochs``, in ``defaults``) and ``plan.optimizer``'s name, momentum and
+    weight decay (each missing key: the federation optimizer's)."""
+    o, (name, momentum, wd) = plan.optimizer or {}, defaults.optimizer
+    return LocalSettings(plan.trainable, float(plan.lr) if plan.lr is not None else defaults.lr,
+                         int(plan.epochs) if plan.epochs is not None else defaults.epochs,
+                         (str(o.get("name", name)), float(o.get("momentum", momentum)),
+                          float(o.get("weight_decay", wd))) if o else defaults.optimizer)
 
 
 class ClientTrainer:
@@ -95,11 +127,22 @@ class ClientTrainer:
         self.opt_cfg = optimizer_cfg
         self.batch_size = batch_size
         self.local_epochs = local_epochs
+        # the federation's settings, read once (a plan's None fields fall back to them: resolve_plan)
+        self.defaults = LocalSettings("all", float(optimizer_cfg.lr), int(local_epochs),
+                                      (str(optimizer_cfg.name), float(optimizer_cfg.momentum),
+                                       float(optimizer_cfg.weight_decay)))
         self.eval_batch_size = eval_batch_size
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
         # fp32: Fabric's backward/step wrappers only add per-step overhead -- also under the DDP strategy of sharded
         # runs, since client models are never wrapped in DDP (nothing for the strategy to synchronise)
         self._plain = type(fabric.strategy.precision) is Precision
+        # 16-mixed: Fabric's gradient scaler. Every client (every phase) starts from ``loss_scale`` with a fresh
+        # growth tracker, as it starts with fresh optimizer state; the executor sets ``loss_scale`` after each
+        # train call to the smallest scale its clients ended with (see flplat/engine/executor.py)
+        scaler = getattr(fabric.strategy.precision, "scaler", None)
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
+        self._scaler_init = self.scaler.state_dict() if self.scaler is not None else None
+        self.loss_scale = float(self._scaler_init["scale"]) if self.scaler is not None else None
         self._part_params = {
             "all": self.params,
             "features": list(net.features.parameters()) if hasattr(net, "features") else self.params,
@@ -128,19 +171,17 @@ class ClientTrainer:
     def initial_weights(self) -> torch.Tensor:
         return self.layout.flatten()
 
-    def _optimizer(self, trainable: str, lr: float, override: dict | None = None):
-        c = self.opt_cfg
-        o = override or {}
-        spec = (o.get("name", c.name), float(o.get("momentum", c.momentum)),
-                float(o.get("weight_decay", c.weight_decay)))
-        key = (trainable, *spec) if override else trainable
+    def _optimizer(self, settings: LocalSettings):
+        """The optimizer of ``settings`` (one per trainable part and optimizer), with fresh state."""
+        key = (settings.trainable, *settings.optimizer)
         opt = self._optimizers.get(key)
         if opt is None:
-            raw = make_optimizer(spec[0], self._part_params[trainable], c.lr, spec[1], spec[2])
+            name, momentum, wd = settings.optimizer
+            raw = make_optimizer(name, self._part_params[settings.trainable], settings.lr, momentum, wd)
             opt = self._optimizers[key] = self.fabric.setup_optimizers(raw)
         opt.optimizer.state.clear()  # fresh optimizer state for every client
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = settings.lr
         return opt
 
     def _set_trainable(self, trainable: str) -> None:
@@ -161,36 +202,35 @@ class ClientTrainer:
                 loss_sum, steps = loss_sum + more, steps + n_steps
                 extra.update(more_extra)
         mean_loss = (loss_sum / max(steps, 1)).item()
+        scale = float(self.scaler.get_scale()) if self.scaler is not None else None
         return ClientResult(client=client, weights=self.layout.flatten(), num_samples=len(indices),
-                            train_loss=mean_loss, num_steps=steps, extra=extra)
+                            train_loss=mean_loss, num_steps=steps, extra=extra, loss_scale=scale)
 
     def _train_phase(self, plan: ClientPlan, indices: np.ndarray, seed: int) -> tuple[torch.Tensor, int, dict]:
         """One plan's local epochs (from its weights, or from the loaded ones when None): (summed loss, steps,
         what its hooks' ``finalize`` report)."""
         if plan.trainable not in self._part_params:
             raise ValueError(f"ClientPlan.trainable={plan.trainable!r}; choose all, features or head")
+        settings = resolve_plan(plan, self.defaults)
         if plan.weights is not None:
             self.layout.load(plan.weights)
         self._set_trainable(plan.trainable)
-        lr = plan.lr if plan.lr is not None else self.opt_cfg.lr
-        opt = self._optimizer(plan.trainable, lr, plan.optimizer)
-        self.hook_ctx.lr = float(lr)
+        opt = self._optimizer(settings)
+        if self.scaler is not None:
+            self.scaler.load_state_dict({**self._scaler_init, "scale": self.loss_scale, "_growth_tracker": 0})
+        self.hook_ctx.lr = settings.lr
         module, fabric = self.module, self.fabric
         module.hooks = plan.hooks
         for h in plan.hooks:
             h.setup(self.hook_ctx)
         self._seed_device_rng(seed)  # dropout and other in-model randomness of this client-round
-        gen = torch.Generator().manual_seed(seed)
-        idx = torch.as_tensor(indices, dtype=torch.long)
-        n = len(idx)
-        epochs = plan.epochs if plan.epochs is not None else self.local_epochs
-        bounds = batch_bounds(n, self.batch_size)
+        orders, bounds = client_batches(indices, seed, settings.epochs, self.batch_size)
         module.train()
         loss_sum = torch.zeros((), device=fabric.device)
         steps = 0
         with self._cpu_env():
-            for _ in range(epochs):
-                order = idx[torch.randperm(n, generator=gen)].to(fabric.device)
+            for order in orders:
+                order = order.to(fabric.device)
                 for a, b in bounds:
                     sel = order[a:b]
                     batch = self.hook_ctx.batch = (self.x[sel], self.y[sel])  # hooks may read it (APFL)

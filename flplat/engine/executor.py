@@ -3,10 +3,11 @@
 Split from :mod:`flplat.engine.orchestrator` along the seam between the server's round loop and client-side
 execution: the orchestrator decides what happens in a round, the executor runs it for each client (training,
 scoring, ``compute``) and is the one object strategies may call back into (its methods are the
-:class:`~flplat.protocol.strategy.FederationOps`). :class:`~flplat.engine.sharding.ShardedExecutor` replaces it
-behind the same methods. The helpers beside it serve both executors: :class:`LazyRequests` (``(client, weights)``
-pairs whose weights are read only when scored), :func:`request_clients` and :func:`subset`, and
-:func:`_softmax_and_labels`, the client-side function of the orchestrator's test-phase ensemble.
+:class:`~flplat.protocol.strategy.FederationOps`). :class:`~flplat.engine.sharding.ShardedExecutor` wraps it
+behind the same methods (each process runs its share through its own :class:`LocalExecutor`). The helpers beside
+it serve both executors: :class:`LazyRequests` (``(client, weights)`` pairs whose weights are read only when
+scored), :func:`request_clients` and :func:`subset`, and :func:`_softmax_and_labels`, the client-side function of
+the orchestrator's test-phase ensemble.
 ``flplat.engine.orchestrator`` re-exports every name here, so its import paths keep working.
 """
 
@@ -58,6 +59,19 @@ class LocalExecutor:
         reduce instead of gather; in one process every result keeps its own model either way."""
         jobs = [(client, plan, plan.indices if plan.indices is not None else self.data.indices(client, "train"),
                  derive_seed(self.seed, "train", round, client)) for client, plan in plans]
+        out = self._train_jobs(jobs)
+        self.next_loss_scale(out)
+        return out
+
+    def next_loss_scale(self, results: Sequence[ClientResult]) -> None:
+        """16-mixed: the next clients start from the smallest gradient-scaler scale these ended with (a scale none
+        of them overflowed at), whatever the order or the process that trained them (one scaler carried from client
+        to client would make a client's result depend on the clients trained before it)."""
+        scales = [r.loss_scale for r in results if r.loss_scale is not None]
+        if scales:
+            self.trainer.loss_scale = min(scales)
+
+    def _train_jobs(self, jobs) -> list[ClientResult]:
         if self.vectorized is None:
             return [self._train_one(job) for job in jobs]
         reasons = [self.vectorized.reason(plan) for _, plan, _, _ in jobs]
@@ -77,16 +91,17 @@ class LocalExecutor:
         return out
 
     def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
-        return self._evaluate_local(requests, split)
-
-    def _evaluate_local(self, requests: Sequence[tuple[int, torch.Tensor]], split: str) -> list[EvalResult]:
-        """The per-client loop, in this process (never the sharded override)."""
+        """Score every ``(client, weights)`` request one by one (the per-client loop)."""
         out, loaded = [], None
         for client, weights in requests:
             out.append(self.trainer.evaluate(client, None if weights is loaded else weights,
                                              self.data.indices(client, split)))
             loaded = weights
         return out
+
+    def data_changed(self) -> None:
+        """The clients' splits changed (a drift stage began): drop what was built from the old ones."""
+        self._split_rows.clear()
 
     def split_rows(self, split: str) -> SplitRows:
         """Every client's ``split`` rows as one index array (built once per split)."""
@@ -98,12 +113,8 @@ class LocalExecutor:
     def evaluate_groups(self, groups: Sequence[tuple[torch.Tensor, Sequence[int]]], split: str = "test"
                         ) -> EvalColumns:
         """Score each group's clients with the group's model in one pass (see :mod:`flplat.engine.batched_eval`);
-        one row per client, in the order of the groups' clients."""
-        return self._score_groups(groups, split)
-
-    def _score_groups(self, groups, split: str) -> EvalColumns:
-        """All groups' rows gathered at once, one chunked pass per group's model into one per-row buffer, then
-        the per-client sums of every group together (in this process)."""
+        one row per client, in the order of the groups' clients: all groups' rows gathered at once, one chunked pass
+        per group's model into one per-row buffer, then the per-client sums of every group together."""
         tr, sr = self.trainer, self.split_rows(split)
         clients = [np.asarray(c, dtype=np.int64).reshape(-1) for _, c in groups]
         every = np.concatenate(clients) if clients else np.zeros(0, dtype=np.int64)
@@ -125,9 +136,6 @@ class LocalExecutor:
         """Score every ``(client, weights)`` request (personal models; one row per request, in request order) in
         ``vmap`` groups where the model allows, else one by one, logged once (see
         :mod:`flplat.engine.batched_eval`)."""
-        return self._evaluate_columns_local(requests, split)
-
-    def _evaluate_columns_local(self, requests, split: str) -> EvalColumns:
         tr = self.trainer
         if self._scorer is None:
             self._scorer = StackedScorer(tr, self.eval_group_size)
@@ -137,7 +145,7 @@ class LocalExecutor:
             if not self._eval_fallback_logged:
                 log_fallback(reason)
                 self._eval_fallback_logged = True
-            return EvalColumns.from_results(self._evaluate_local(requests, split))
+            return EvalColumns.from_results(self.evaluate(requests, split))
         clients = request_clients(requests)
         sr, c = self.split_rows(split), tr.num_outputs
         sizes = sr.sizes[clients]
@@ -152,7 +160,7 @@ class LocalExecutor:
         while i < len(order):
             if sizes[order[i]] > budget:  # the rest has more rows than a chunk: one chunked pass each
                 rest = order[i:]
-                parts.append((rest, EvalColumns.from_results(self._evaluate_local(subset(requests, rest), split))))
+                parts.append((rest, EvalColumns.from_results(self.evaluate(subset(requests, rest), split))))
                 break
             j = i + int(np.searchsorted(sizes[order[i:i + most]], budget, side="right"))
             window = order[i:j]  # at most `most` models held at once
@@ -162,7 +170,7 @@ class LocalExecutor:
                 same.setdefault(id(w), []).append(k)
             shared = [ks for ks in same.values() if len(ks) > 1]  # one tensor for several clients: one pass
             if shared:
-                cols = self._score_groups([(pairs[ks[0]][1], clients[window[ks]]) for ks in shared], split)
+                cols = self.evaluate_groups([(pairs[ks[0]][1], clients[window[ks]]) for ks in shared], split)
                 parts.append((np.concatenate([window[ks] for ks in shared]), cols))
             alone = np.array(sorted(ks[0] for ks in same.values() if len(ks) == 1), dtype=np.int64)
             while len(alone):  # vmap groups of at most eval_batch_size rows (k·s_k grows with k: a prefix fits)
@@ -189,8 +197,9 @@ class LocalExecutor:
         col = np.arange(width)
         pos = sr.offsets[clients][:, None] + np.minimum(col, sizes[:, None] - 1)  # padding repeats a real row
         idx = torch.from_numpy(sr.rows[pos]).to(dev)
-        valid = torch.from_numpy((col < sizes[:, None]).reshape(-1)).to(dev)
-        loss, hit = scorer.score(stacked, idx)
+        real = torch.from_numpy(col < sizes[:, None]).to(dev)
+        valid = real.reshape(-1)
+        loss, hit = scorer.score(stacked, idx, None if bool(real.all()) else real)
         owner = torch.arange(len(clients), device=dev).repeat_interleave(width)[valid]
         labels = self.trainer.y.index_select(0, idx.reshape(-1))[valid]
         return columns_from_rows(clients, sizes, owner, loss.reshape(-1)[valid], hit.reshape(-1)[valid], labels,

@@ -41,12 +41,31 @@ def balance(sizes: Sequence[int], ranks: int) -> list[list[int]]:
     return [sorted(o) for o in out]
 
 
-class ShardedExecutor(LocalExecutor):
-    """A :class:`LocalExecutor` whose work is split over the processes of an initialised Fabric."""
+class ShardedExecutor:
+    """The client work of an initialised Fabric's processes: each process runs its share through ``local`` (the
+    :class:`LocalExecutor` of this process: training, vectorised groups, batched scoring, ``compute``), and the
+    shares are combined with collectives. It has the executor's methods (the orchestrator's and the strategies'
+    :class:`~flplat.protocol.strategy.FederationOps`) and no other way in: what one process does is the local
+    executor's, unchanged."""
+
+    def __init__(self, local: LocalExecutor):
+        self.local = local
+
+    @property
+    def trainer(self):
+        return self.local.trainer
+
+    @property
+    def data(self):
+        return self.local.data
 
     @property
     def fabric(self):
-        return self.trainer.fabric
+        return self.local.trainer.fabric
+
+    def data_changed(self) -> None:
+        """Every process switches its own copy of the data (SPMD): each drops its row caches."""
+        self.local.data_changed()
 
     def _gather_objects(self, obj):
         out = [None] * self.fabric.world_size
@@ -58,8 +77,8 @@ class ShardedExecutor(LocalExecutor):
         fab = self.fabric
         sizes = [len(p.indices) if p.indices is not None else len(self.data.indices(c, "train")) for c, p in plans]
         mine = balance(sizes, fab.world_size)[fab.global_rank]
-        local = super().train([plans[i] for i in mine], round)
-        meta = [(i, r.client, r.num_samples, r.train_loss, r.num_steps, r.extra, r.extra_bytes_up)
+        local = self.local.train([plans[i] for i in mine], round)
+        meta = [(i, r.client, r.num_samples, r.train_loss, r.num_steps, r.extra, r.extra_bytes_up, r.loss_scale)
                 for i, r in zip(mine, local)]
         metas = self._gather_objects(meta)
         if groups is not None:
@@ -70,8 +89,9 @@ class ShardedExecutor(LocalExecutor):
             pick = {i: gathered[rank][j] for rank, m in enumerate(metas) for j, (i, *_) in enumerate(m)}
         results: list[ClientResult | None] = [None] * len(plans)
         for m in metas:
-            for i, client, n, loss, steps, extra, up in m:
-                results[i] = ClientResult(client, pick[i], n, loss, steps, extra, up)
+            for i, client, n, loss, steps, extra, up, scale in m:
+                results[i] = ClientResult(client, pick[i], n, loss, steps, extra, up, scale)
+        self.local.next_loss_scale(results)  # every process: the same scale, from every process's clients
         return results
 
     def _gather_weights(self, local: list[ClientResult], width: int) -> list[torch.Tensor]:
@@ -106,7 +126,7 @@ class ShardedExecutor(LocalExecutor):
         return out
 
     def evaluate(self, requests: Sequence[tuple[int, torch.Tensor]], split: str = "val") -> list[EvalResult]:
-        return self._scatter_gather(requests, split, lambda mine: super(ShardedExecutor, self).evaluate(mine, split))
+        return self._scatter_gather(requests, split, lambda mine: self.local.evaluate(mine, split))
 
     def _share(self, sizes: np.ndarray) -> np.ndarray:
         """Positions of this process's share of evaluation work: consecutive items cut where the running total of
@@ -122,16 +142,16 @@ class ShardedExecutor(LocalExecutor):
         clients = [np.asarray(c, dtype=np.int64).reshape(-1) for _, c in groups]
         every = np.concatenate(clients) if clients else np.zeros(0, dtype=np.int64)
         group = np.repeat(np.arange(len(groups)), [len(c) for c in clients])
-        mine = self._share(self.split_rows(split).sizes[every])
+        mine = self._share(self.local.split_rows(split).sizes[every])
         sub = [(w, every[mine[group[mine] == g]]) for g, (w, _) in enumerate(groups)]
-        local = self._score_groups(sub, split)
+        local = self.local.evaluate_groups(sub, split)
         return EvalColumns.concat(self._gather_objects(local))  # one object per process, not per client
 
     def evaluate_columns(self, requests, split: str = "test"):
         """Personal models: this process scores its share of the requests (vmap groups where the model allows);
         one object gather; rows in request order."""
-        mine = self._share(self.split_rows(split).sizes[request_clients(requests)])
-        local = self._evaluate_columns_local(subset(requests, mine), split)
+        mine = self._share(self.local.split_rows(split).sizes[request_clients(requests)])
+        local = self.local.evaluate_columns(subset(requests, mine), split)
         parts = self._gather_objects((mine, local))
         cols = EvalColumns.concat([p for _, p in parts], self.trainer.num_outputs)
         return cols.take(np.argsort(np.concatenate([q for q, _ in parts]), kind="stable"))
@@ -153,8 +173,7 @@ class ShardedExecutor(LocalExecutor):
         return EvalResult(-1, float(buf[0]), counts[0], counts[1], tuple(counts[2:2 + c]), tuple(counts[2 + c:]))
 
     def compute(self, requests, fn, split: str = "train", seed: int = 0) -> list:
-        return self._scatter_gather(requests, split,
-                                    lambda mine: super(ShardedExecutor, self).compute(mine, fn, split, seed))
+        return self._scatter_gather(requests, split, lambda mine: self.local.compute(mine, fn, split, seed))
 
 
 def loopback_rendezvous() -> bool:
@@ -230,7 +249,7 @@ def default_threads(world_size: int) -> int:
 
 
 def make_executor(trainer, data, seed: int, vectorize: bool = False, vectorize_group: int = 0,
-                  eval_group_size: int = 0, vectorize_keep_mib: int | None = None) -> LocalExecutor:
-    cls = ShardedExecutor if trainer.fabric.world_size > 1 else LocalExecutor
-    return cls(trainer, data, seed, vectorize, vectorize_group, eval_group_size, vectorize_keep_mib)
+                  eval_group_size: int = 0, vectorize_keep_mib: int | None = None) -> LocalExecutor | ShardedExecutor:
+    local = LocalExecutor(trainer, data, seed, vectorize, vectorize_group, eval_group_size, vectorize_keep_mib)
+    return ShardedExecutor(local) if trainer.fabric.world_size > 1 else local
 

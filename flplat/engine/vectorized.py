@@ -2,34 +2,47 @@
 
 The per-client loop (:meth:`flplat.engine.client.ClientTrainer.train`) pays Python, dispatcher and optimizer overhead
 per client and step; for the small models of these papers that overhead dominates. Here the G clients of a group
-keep their parameters as ``(G, ...)`` tensors; each step runs one ``vmap``-ed ``functional_call`` of the shared
-network (so a linear layer becomes one batched matmul), one backward of the summed per-client losses (clients are
-independent, so each client's slice of the gradient is the gradient of its own loss), and one functional optimizer
-update on the stacked tensors.
+keep their parameters as ``(G, ...)`` tensors; each step runs one stacked forward of the shared network
+(:class:`~flplat.maths.stacked.StackedForward`: ``vmap`` over ``functional_call``, so a linear layer becomes one
+batched matmul), one backward of the summed per-client losses (clients are independent, so each client's slice of
+the gradient is the gradient of its own loss), and one functional optimizer update on the stacked tensors.
 
-What is the same as the per-client loop (up to floating-point summation order):
+The two trainers share one client-execution core, so they cannot drift apart:
 
-* batches: each client draws ``randperm`` from ``torch.Generator().manual_seed(seed)`` per epoch and cuts it with
-  :func:`~flplat.engine.client.batch_bounds`, exactly as the loop does. A step's batches are padded to the widest
-  batch among the clients still training at that step and the loss is the mean over the client's real samples (a
-  per-sample mask), so padding changes nothing;
-* the optimizer: Adam, AdamW and SGD (momentum, weight decay) with torch.optim's update formulas and fresh state
-  per client. Clients are sorted by their number of steps, so at step t the clients still training are a prefix of
-  the group; finished clients get neither an update nor an optimizer-state change (Adam's step does not advance);
-* ``plan.trainable`` (only that part is updated; the rest gets no update and no state), ``plan.lr``, ``plan.epochs``;
+* batches: :func:`~flplat.engine.client.client_batches` (each epoch's ``randperm`` from the client's seed, cut by
+  :func:`~flplat.engine.client.batch_bounds`). A step's batches are padded to the widest batch among the clients
+  still training at that step and the loss is the mean over the client's real samples (a per-sample mask), so
+  padding changes nothing;
+* a plan's defaults (``lr``, ``epochs``, ``optimizer``): :func:`~flplat.engine.client.resolve_plan`; clients are
+  grouped by (``trainable``, lr, optimizer);
+* the loss: :func:`~flplat.maths.losses.task_loss` per sample -- cross-entropy, or binary cross-entropy on
+  multi-label data (CheXpert);
+* the optimizer: :class:`~flplat.engine.optim.FunctionalOptimizer`, :func:`~flplat.engine.optim.make_optimizer`'s
+  Adam / AdamW / SGD updates with fresh state per client. Clients are sorted by their number of steps, so at step t
+  the clients still training are a prefix of the group; finished clients get neither an update nor an
+  optimizer-state change (Adam's step does not advance);
+* batch norm: every client keeps its own running statistics, stacked with its parameters and updated after each of
+  its steps; a padded step normalises each client's batch with the statistics of its real samples only (see
+  :mod:`flplat.maths.stacked`). The returned weights carry them, as the loop's flat vector does;
+* ``plan.trainable`` (only that part is updated; the rest gets no update and no state);
 * hooks that define :meth:`~flplat.protocol.strategy.LocalHook.functional_loss` (FedProx's proximal term): it is
   evaluated per client on its slices of the stacked parameters and added to its loss;
-* precision: the forward runs under ``fabric.autocast()``.
+* precision: the forward runs under ``fabric.autocast()``. With ``16-mixed`` the loop steps through Fabric's
+  gradient scaler, and each client here has its own scale (:class:`~flplat.engine.optim.StackedGradScaler`): its
+  loss is scaled by it, its gradients unscaled, a client whose gradients overflow skips that step, and its scale
+  backs off or grows as the scaler's would. Both trainers start every client from the trainer's ``loss_scale``
+  (see :class:`~flplat.engine.client.ClientTrainer`).
 
 What differs: dropout draws its masks from the global generator with ``vmap(randomness="different")``, seeded once
 per group with the group's first client seed, so with dropout > 0 the masks (and results) differ from the loop's.
+On CPU, autocast does not reach the batched matmuls of ``vmap`` (torch 2.14): under ``bf16-mixed`` / ``16-mixed``
+the stacked forward computes in float32 where the loop computes in 16 bits (agreement to 16-bit rounding).
 
-Not vectorised (the executor trains these clients with the loop and logs why, once): multi-label data (binary
-cross-entropy), models with normalisation layers (batch norm mixes the padded samples into its batch statistics
-and updates running buffers in place: ``cifar_cnn``, ``resnet9``), models ``vmap`` cannot run, 16-bit mixed
-precision (gradient scaler), and clients whose hooks define ``after_step``, ``finalize`` or a ``loss`` without
-``functional_loss``. The embedding models (``sent140_lstm``, whose time loop depends on the input's shape only, and
-``amazon_dnn``) run vectorised.
+Not vectorised (the executor trains these clients with the loop and logs why, once): models ``vmap`` cannot run
+(:func:`~flplat.maths.stacked.probe`) or whose normalisation state the stack cannot keep per client
+(:func:`~flplat.maths.stacked.stack_reason`), and plans that need the loop: several local phases (``phases``),
+several steps per batch (``batch_steps``: pFedMe), and hooks that define ``after_step``, ``finalize`` or a ``loss``
+without ``functional_loss``.
 """
 
 from __future__ import annotations
@@ -39,16 +52,18 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.func import functional_call, vmap
 
-from flplat.engine.client import ClientTrainer, batch_bounds
+from flplat.engine.client import ClientTrainer, LocalSettings, batch_bounds, client_batches, resolve_plan
 from flplat.engine.memory import retain_freed_memory
+from flplat.engine.optim import FunctionalOptimizer, StackedGradScaler
+from flplat.maths.losses import task_loss
+from flplat.maths.stacked import StackedForward, probe, stack_reason
 from flplat.protocol.strategy import ClientPlan, ClientResult, LocalHook
 
 Job = tuple[int, ClientPlan, np.ndarray, int]  # (client, plan, train indices, seed): ClientTrainer.train's arguments
 KEEP_MIB = 512  # federation.vectorize_keep_mib's default
+
+
 def hook_reason(h: LocalHook) -> str | None:
     """Why hook ``h`` cannot run vectorised, or None."""
     cls = type(h)
@@ -68,7 +83,7 @@ class VectorizedTrainer:
     The stacked parameters and optimizer state of a group are kept for the next group (the next round) while
     they take at most ``keep_mib`` MiB (``federation.vectorize_keep_mib``; 0: never): freshly allocated, every
     round's tens of MB of them cost a page fault per 4 KiB page (measured by tools/bench_vec_bound.py: the
-    kernel's page-fault time was ~15 % of a vectorised round of issue 15's setting), reused they cost one
+    kernel's page-fault time was ~15 % of a vectorised round of the FMNIST MLP, K = 50 setting), reused they cost one
     overwrite. For the same reason ``keep_mib`` > 0 also lets the C allocator keep that much freed memory for the
     per-step gradients (:func:`retain_freed_memory`)."""
 
@@ -78,35 +93,31 @@ class VectorizedTrainer:
         self.keep_mib = keep_mib
         self._kept: list[list[torch.Tensor]] | None = None  # [parameter buffers, moment buffers...], (G_max, ...)
         retain_freed_memory(keep_mib)
-        net = trainer.net
+        net, lay = trainer.net, trainer.layout
         name_of = {id(p): n for n, p in net.named_parameters()}
         self.names = [name_of[id(p)] for p in trainer.params]  # HookContext.params order
-        pos = {n: i for i, n in enumerate(trainer.layout.names)}
-        lay = trainer.layout
-        self.slots = [(int(lay.offsets[pos[n]]), int(lay.offsets[pos[n] + 1]), lay.shapes[pos[n]]) for n in self.names]
+        self.buffer_names = [n for n, is_p in zip(lay.names, lay.is_param) if not is_p]  # batch-norm statistics
+        pos = {n: i for i, n in enumerate(lay.names)}
+        self.slots, self.buffer_slots = ([(int(lay.offsets[pos[n]]), int(lay.offsets[pos[n] + 1]), lay.shapes[pos[n]])
+                                          for n in names] for names in (self.names, self.buffer_names))
         self.parts = {k: [i for i, p in enumerate(trainer.params) if id(p) in {id(q) for q in v}]
                       for k, v in trainer._part_params.items()}
         self.orders = [tuple(range(p.dim() + 1)) for p in trainer.params]  # memory order of the stacked tensors
+        self.forward = StackedForward(net, self.names + self.buffer_names, randomness="different")
+        self.scaler = trainer.scaler  # 16-mixed: Fabric's GradScaler (None: no loss scaling)
         self.model_reason = self._model_reason()
 
     # ---- what can run vectorised ---------------------------------------------------------------------
     def _model_reason(self) -> str | None:
         tr = self.trainer
-        if tr.y.dim() == 2:
-            return "multi-label data: the vectorised step computes cross-entropy only (BCE runs in the loop)"
-        for name, m in tr.net.named_modules():
-            if isinstance(m, nn.modules.batchnorm._NormBase):
-                return (f"the model has {type(m).__name__} ({name}), whose batch statistics would mix padded "
-                        "samples and whose running buffers are updated in place")
-        if getattr(tr.fabric.strategy.precision, "scaler", None) is not None:
-            return "mixed 16-bit precision uses a gradient scaler"
-        try:  # a data-dependent forward (or an op without a batching rule) fails here, once
-            stacked = [p.detach().unsqueeze(0).repeat(2, *[1] * p.dim()).requires_grad_() for p in tr.params]
-            with torch.random.fork_rng(devices=[]), tr.fabric.autocast():  # leave the global generator alone
-                out = self._forward()(stacked, tr.x[:2].unsqueeze(0).expand(2, *tr.x[:2].shape))
-            grads = torch.autograd.grad(out.float().sum(), stacked)
-        except Exception as e:  # noqa: BLE001 -- any failure means "use the loop"
-            return f"vmap cannot run the model ({type(e).__name__}: {str(e).strip().splitlines()[0][:120]})"
+        reason = stack_reason(tr.net)
+        if reason is not None:
+            return reason
+        own = dict(zip(tr.layout.names, tr.layout.tensors))
+        reason, grads = probe(self.forward, tr.net, [own[n] for n in self.forward.names], tr.x[:3],
+                              tr.fabric.autocast, train=True)
+        if reason is not None:
+            return reason
         # the memory order (outermost first) of each gradient, batch dimension first
         self.orders = [tuple(sorted(range(d.dim()), key=lambda i: -d.stride(i))) for d in grads]
         self.orders = [o if o[0] == 0 else tuple(range(len(o))) for o in self.orders]
@@ -124,51 +135,44 @@ class VectorizedTrainer:
             return "ClientPlan.phases (several local phases)"
         if plan.batch_steps != 1:
             return "ClientPlan.batch_steps > 1 (several steps per batch)"
-        if plan.optimizer is not None:
-            return "ClientPlan.optimizer (a plan's own optimizer)"
         return next((r for r in map(hook_reason, plan.hooks) if r is not None), None)
 
-    def _forward(self):
-        net, names = self.trainer.net, self.names
-        return vmap(lambda ps, x: functional_call(net, dict(zip(names, ps)), (x,)), randomness="different")
-
     # ---- training ------------------------------------------------------------------------------------
-    def _epochs(self, plan: ClientPlan) -> int:
-        return plan.epochs if plan.epochs is not None else self.trainer.local_epochs
+    def _settings(self, plan: ClientPlan) -> LocalSettings:
+        return resolve_plan(plan, self.trainer.defaults)
+
+    def _num_steps(self, settings: LocalSettings, indices) -> int:
+        return settings.epochs * len(batch_bounds(len(indices), self.trainer.batch_size))
 
     def train(self, jobs: Sequence[Job]) -> list[ClientResult]:
         """Train every job (all must have ``reason(plan) is None``); results in the order of ``jobs``.
 
-        Jobs are grouped by (trainable, lr), sorted by their number of steps (similar clients share a group, so
-        few finish early) and cut into groups of ``group_size``."""
-        bs = self.trainer.batch_size
-        steps = [self._epochs(p) * len(batch_bounds(len(idx), bs)) for _, p, idx, _ in jobs]
-        lr = [p.lr if p.lr is not None else self.trainer.opt_cfg.lr for _, p, _, _ in jobs]
-        order = sorted(range(len(jobs)), key=lambda i: (jobs[i][1].trainable, lr[i], -steps[i], i))
+        Jobs are grouped by (trainable, lr, optimizer), sorted by their number of steps (similar clients share a
+        group, so few finish early) and cut into groups of ``group_size``."""
+        settings = [self._settings(p) for _, p, _, _ in jobs]
+        key = [(s.trainable, s.lr, s.optimizer) for s in settings]
+        steps = [self._num_steps(s, idx) for s, (_, _, idx, _) in zip(settings, jobs)]
+        order = sorted(range(len(jobs)), key=lambda i: (key[i], -steps[i], i))
         out: list[ClientResult | None] = [None] * len(jobs)
         size = self.group_size or len(jobs)
         start = 0
         while start < len(order):
-            key = (jobs[order[start]][1].trainable, lr[order[start]])
             group = [order[start]]
             while (start + len(group) < len(order) and len(group) < size
-                   and (jobs[order[start + len(group)]][1].trainable, lr[order[start + len(group)]]) == key):
+                   and key[order[start + len(group)]] == key[order[start]]):
                 group.append(order[start + len(group)])
-            for i, r in zip(group, self._train_group([jobs[i] for i in group], key[0], key[1])):
+            for i, r in zip(group, self._train_group([jobs[i] for i in group], [settings[i] for i in group])):
                 out[i] = r
             start += len(group)
         return out
 
-    def _schedule(self, jobs: Sequence[Job]):
-        """Per-step pool indices (T, G, W), real-sample mask (T, G, W), steps per client and per-step widths (the
+    def _schedule(self, jobs: Sequence[Job], epochs: Sequence[int]):
+        """Per-step pool indices (T, G, W), real-sample mask (T, G, W), steps per client, per-step widths (the
         widest batch among the clients still training at step t: a step's real samples are its first columns, so
-        the columns beyond it are padding for every client and are not computed), as the loop batches."""
-        bs, per = self.trainer.batch_size, []
-        for _, plan, indices, seed in jobs:
-            idx = torch.as_tensor(indices, dtype=torch.long)
-            n, gen = len(idx), torch.Generator().manual_seed(seed)
-            orders = [idx[torch.randperm(n, generator=gen)] for _ in range(self._epochs(plan))]
-            per.append((orders, batch_bounds(n, bs)))
+        the columns beyond it are padding for every client and are not computed) and per-step "no padding" flags
+        (every live client's batch is that wide), as the loop batches (:func:`client_batches`)."""
+        bs = self.trainer.batch_size
+        per = [client_batches(indices, seed, e, bs) for (_, _, indices, seed), e in zip(jobs, epochs)]
         width = max((b - a for _, bounds in per for a, b in bounds), default=1)
         steps = [len(o) * len(b) for o, b in per]
         T, G = max(steps, default=0), len(jobs)
@@ -187,32 +191,35 @@ class VectorizedTrainer:
             mask[:steps[g], g] = valid.repeat(len(orders), 1)
         sizes = [[b - a for a, b in bounds] * len(orders) for orders, bounds in per]
         widths = [max(w[t] for w in sizes if t < len(w)) for t in range(T)]
-        return index, mask, steps, widths
+        full = [all(w[t] == widths[t] for w in sizes if t < len(w)) for t in range(T)]
+        return index, mask, steps, widths, full
 
-    def _train_group(self, jobs: Sequence[Job], trainable: str, lr: float) -> list[ClientResult]:
-        tr, c = self.trainer, self.trainer.opt_cfg
-        fabric, dev = tr.fabric, tr.fabric.device
-        G, bs = len(jobs), tr.batch_size
-        n_steps = [self._epochs(p) * len(batch_bounds(len(idx), bs)) for _, p, idx, _ in jobs]
+    def _train_group(self, jobs: Sequence[Job], settings: Sequence[LocalSettings]) -> list[ClientResult]:
+        """One group (its clients share trainable, lr and optimizer: ``settings[0]``'s)."""
+        tr, s = self.trainer, settings[0]
+        dev, G = tr.fabric.device, len(jobs)
+        n_steps = [self._num_steps(si, idx) for si, (_, _, idx, _) in zip(settings, jobs)]
         perm = sorted(range(G), key=lambda g: -n_steps[g])  # the clients still training are then a prefix
         if perm != list(range(G)):
-            res = self._train_group([jobs[g] for g in perm], trainable, lr)
+            res = self._train_group([jobs[g] for g in perm], [settings[g] for g in perm])
             return [res[perm.index(g)] for g in range(G)]
         unperm = [tuple(sorted(range(len(o)), key=o.__getitem__)) for o in self.orders]
-        train_ids = self.parts[trainable]
-        bufs, state = self._workspace(G, FunctionalOptimizer.moments(c.name, c.momentum), train_ids)
+        train_ids = self.parts[s.trainable]
+        name, momentum, wd = s.optimizer
+        bufs, state = self._workspace(G, FunctionalOptimizer.moments(name, momentum), train_ids)
         params = self._stack_start(jobs, unperm, bufs)
+        stats = self._stack_buffers(jobs)
         for _, plan, _, _ in jobs:
             if plan.hooks:
                 tr.layout.load(plan.weights)  # setup may read the start weights through the context
                 for h in plan.hooks:
                     h.setup(tr.hook_ctx)
-        index, mask, steps, widths = self._schedule(jobs)
+        index, mask, steps, widths, full = self._schedule(jobs, [si.epochs for si in settings])
         index, mask = index.to(dev), mask.to(dev)
-        live = [sum(s > t for s in steps) for t in range(index.shape[0])]  # clients still training: a prefix
+        live = [sum(n > t for n in steps) for t in range(index.shape[0])]  # clients still training: a prefix
         hooked = [g for g, (_, plan, _, _) in enumerate(jobs) if plan.hooks]
-        opt = FunctionalOptimizer(c.name, [params[i] for i in train_ids], lr, c.momentum, c.weight_decay, state=state)
-        forward = self._forward()
+        opt = FunctionalOptimizer(name, [params[i] for i in train_ids], s.lr, momentum, wd, state=state)
+        scaler = None if self.scaler is None else StackedGradScaler(self.scaler, tr.loss_scale, G, dev)
         torch.manual_seed(jobs[0][3])  # dropout masks of this group (vmap randomness="different")
         tr.module.train()
         loss_sum = torch.zeros(G, device=dev)
@@ -220,25 +227,60 @@ class VectorizedTrainer:
             leaves = [p[:g_t].detach().requires_grad_(i in train_ids) for i, p in enumerate(params)]
             views = [p.permute(u) for p, u in zip(leaves, unperm)]  # (g_t, *parameter shape)
             sel, m = index[t, :g_t, :widths[t]].reshape(-1), mask[t, :g_t, :widths[t]]
-            # index_select: the same rows as tr.x[sel], several times faster than advanced indexing on CPU
-            xb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:])
-            with fabric.autocast():
-                logits = forward(views, xb)  # (g_t, W, C)
-                ce = F.cross_entropy(logits.flatten(0, 1), tr.y.index_select(0, sel), reduction="none")
-                loss = (ce.view_as(m) * m).sum(1) / m.sum(1)
-                extra = [self._hook_loss(jobs[g][1].hooks, [p[g] for p in views]) for g in hooked if g < g_t]
-                if extra:
-                    loss = loss.index_add(0, torch.tensor(hooked[:len(extra)], device=dev),
-                                          torch.stack(extra).to(loss.dtype))
-            grads = torch.autograd.grad(loss.sum(), [leaves[i] for i in train_ids])
-            opt.step(grads, g_t)
+            loss = self._losses(jobs, [g for g in hooked if g < g_t], views, [b[:g_t] for b in stats], sel, m,
+                                full[t])
+            total = loss.sum() if scaler is None else scaler.scale(loss).sum()
+            grads = torch.autograd.grad(total, [leaves[i] for i in train_ids])
+            skip = None
+            if scaler is not None:
+                grads, skip = scaler.unscale(grads, g_t)
+                scaler.update(skip, g_t)
+            opt.step(grads, g_t, skip)
             loss_sum[:g_t] += loss.detach().float()
-        final = torch.empty(G, tr.layout.size, device=dev)  # (G, P): one row per client, returned as views
+        return self._results(jobs, params, stats, unperm, loss_sum, steps, scaler)
+
+    def _losses(self, jobs: Sequence[Job], hooked: list[int], views: list[torch.Tensor], stats: list[torch.Tensor],
+                sel: torch.Tensor, m: torch.Tensor, full: bool) -> torch.Tensor:
+        """One step's per-client losses ``(g,)`` on the pool rows ``sel`` (``(g, W)`` flattened, real where ``m``):
+        the mean :func:`task_loss` over each client's real samples plus the functional terms of the hooks of the
+        clients ``hooked``. The batch-norm statistics in ``stats`` are updated in place to the step's."""
+        tr, dev = self.trainer, self.trainer.fabric.device
+        # index_select: the same rows as tr.x[sel], several times faster than advanced indexing on CPU
+        xb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:])
+        with tr.fabric.autocast():
+            logits, new = self.forward.with_stats(views + stats, xb, None if full else m)  # (g, W, C)
+            per = task_loss(logits.flatten(0, 1), tr.y.index_select(0, sel), reduction="none").view_as(m)
+            loss = (per * m).sum(1) / m.sum(1)
+            if hooked:
+                extra = torch.stack([self._hook_loss(jobs[k][1].hooks, [p[k] for p in views]) for k in hooked])
+                loss = loss.index_add(0, torch.tensor(hooked, device=dev), extra.to(loss.dtype))
+        if new:
+            with torch.no_grad():
+                for name, b in zip(self.buffer_names, stats):
+                    if name in new:
+                        b.copy_(new[name])
+        return loss
+
+    def _results(self, jobs, params, stats, unperm, loss_sum, steps, scaler) -> list[ClientResult]:
+        """Each client's result: its flat weights (parameters and batch-norm statistics, rows of one ``(G, P)``
+        tensor), mean training loss, steps and (16-mixed) final gradient scale."""
+        G, tr = len(jobs), self.trainer
+        final = torch.empty(G, tr.layout.size, device=tr.fabric.device)  # (G, P): one row per client, returned as views
         for (a, b, shape), p, u in zip(self.slots, params, unperm):
             final[:, a:b].view(G, *shape).copy_(p.permute(u))
+        for (a, b, shape), p in zip(self.buffer_slots, stats):
+            final[:, a:b].view(G, *shape).copy_(p)
         losses = loss_sum.tolist()
+        scales = scaler.scales.tolist() if scaler is not None else [None] * G
         return [ClientResult(client=k, weights=final[g], num_samples=len(idx), train_loss=losses[g] / max(steps[g], 1),
-                             num_steps=steps[g]) for g, (k, _, idx, _) in enumerate(jobs)]
+                             num_steps=steps[g], loss_scale=scales[g]) for g, (k, _, idx, _) in enumerate(jobs)]
+
+    def _stack_buffers(self, jobs: Sequence[Job]) -> list[torch.Tensor]:
+        """The group's start batch-norm statistics (the float buffers of the plans' flat weights), ``(G, ...)``."""
+        tr, dev = self.trainer, self.trainer.fabric.device
+        own = dict(zip(tr.layout.names, tr.layout.tensors))
+        return [torch.stack([plan.weights[a:b].to(dev, own[n].dtype).view(shape) for _, plan, _, _ in jobs])
+                for n, (a, b, shape) in zip(self.buffer_names, self.buffer_slots)]
 
     def _workspace(self, G: int, moments: int, train_ids: list[int]):
         """Buffers for the stacked parameters (each ``(G, ...)`` in its stored order; contents undefined) and
@@ -290,92 +332,3 @@ class VectorizedTrainer:
     def _hook_loss(hooks, params) -> torch.Tensor:
         terms = [t for t in (h.functional_loss(params) for h in hooks) if t is not None]
         return sum(terms[1:], terms[0]) if terms else params[0].new_zeros(())
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Whether ``t`` covers its memory without gaps or overlaps (in some dimension order)."""
-    expected = 1
-    for d in sorted(range(t.dim()), key=t.stride):
-        if t.size(d) != 1 and t.stride(d) != expected:
-            return False
-        expected *= t.size(d)
-    return True
-
-
-class FunctionalOptimizer:
-    """torch.optim's Adam / AdamW / SGD updates on stacked ``(G, ...)`` parameters, updating only the first ``g``
-    clients at each step (clients only ever drop out at the end, so all updated clients share the step count).
-
-    ``fused=True`` runs torch.optim's own fused kernels (``torch._fused_adam_`` & co., what ``fused=True`` runs;
-    one pass over memory instead of ~7, which matters once G stacked copies no longer fit in cache); they agree
-    with the per-client loop's single-tensor path to float rounding (~1e-7 relative). ``fused=False`` spells the
-    single-tensor formulas out and is bit-identical to it. State is fresh at construction."""
-
-    def __init__(self, name: str, params: list[torch.Tensor], lr: float, momentum: float, weight_decay: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True,
-                 state: list[list[torch.Tensor]] | None = None):
-        if name not in ("adam", "adamw", "sgd"):
-            raise ValueError(f"unknown optimizer {name!r}")
-        self.name, self.params, self.lr, self.momentum, self.wd = name, params, lr, momentum, weight_decay
-        self.betas, self.eps, self.t = betas, eps, 0
-        self.fused = fused and hasattr(torch, "_fused_adam_") and all(
-            p.device.type in ("cpu", "cuda") and _dense(p[:1]) for p in params)  # a prefix of clients: dense too
-        # fresh state: zeros (``state``: zeroed buffers shaped like ``params``, one list per moment, to use instead)
-        self.state = state if state is not None else [[torch.zeros_like(p) for p in params]
-                                                      for _ in range(self.moments(name, momentum))]
-
-    @staticmethod
-    def moments(name: str, momentum: float) -> int:
-        """State tensors per parameter: Adam's two moments, SGD's momentum buffer (none without momentum)."""
-        return 2 if name != "sgd" else int(momentum != 0)
-
-    @torch.no_grad()
-    def step(self, grads: Sequence[torch.Tensor], g: int) -> None:
-        """Update clients ``[:g]``, whose step counter becomes ``self.t + 1``."""
-        self.t += 1
-        params = [p[:g] for p in self.params]
-        state = [[s[:g] for s in st] for st in self.state]
-        if self.fused:  # the kernels walk params, grads and state as flat memory: their layouts must agree
-            self._fused(params, [d if d.stride() == p.stride() else torch.empty_like(p).copy_(d)
-                                 for p, d in zip(params, grads)], state)
-        elif self.name == "sgd":
-            self._sgd(params, grads, state)
-        else:
-            self._adam(params, grads, state)
-
-    def _fused(self, params, grads, state) -> None:
-        if self.name == "sgd":
-            torch._fused_sgd_(params, grads, state[0] if state else [], weight_decay=self.wd, momentum=self.momentum,
-                              lr=self.lr, dampening=0.0, nesterov=False, maximize=False, is_first_step=self.t == 1)
-            return
-        steps = [torch.tensor(float(self.t), device=p.device) for p in params]
-        fn = torch._fused_adamw_ if self.name == "adamw" else torch._fused_adam_
-        fn(params, grads, state[0], state[1], [], steps, amsgrad=False, lr=self.lr, beta1=self.betas[0],
-           beta2=self.betas[1], weight_decay=self.wd, eps=self.eps, maximize=False)
-
-    def _sgd(self, params, grads, state) -> None:  # torch.optim.sgd._single_tensor_sgd, dampening 0, no nesterov
-        for i, (p, d) in enumerate(zip(params, grads)):
-            if self.wd != 0:
-                d = d.add(p, alpha=self.wd)
-            if self.momentum != 0:
-                buf = state[0][i]
-                if self.t == 1:
-                    buf.copy_(d)
-                else:
-                    buf.mul_(self.momentum).add_(d)
-                d = buf
-            p.add_(d, alpha=-self.lr)
-
-    def _adam(self, params, grads, state) -> None:  # torch.optim.adam._single_tensor_adam, no amsgrad
-        lr, wd, (b1, b2) = self.lr, self.wd, self.betas
-        step_size = lr / (1 - b1 ** self.t)
-        bc2_sqrt = (1 - b2 ** self.t) ** 0.5
-        for p, d, m, v in zip(params, grads, state[0], state[1]):
-            if wd != 0:
-                if self.name == "adamw":
-                    p.mul_(1 - lr * wd)
-                else:
-                    d = d.add(p, alpha=wd)
-            m.lerp_(d, 1 - b1)
-            v.mul_(b2).addcmul_(d, d, value=1 - b2)
-            p.addcdiv_(m, (v.sqrt() / bc2_sqrt).add_(self.eps), value=-step_size)

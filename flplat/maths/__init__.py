@@ -7,6 +7,8 @@ Named after the method or the concept they serve:
 * ``clustering`` -- silhouette-selected K-means (Clust-PSI-PFL, CAFA, FedPFA), adaptive DBSCAN and the
   dynamic start rule (Flux App. D).
 * ``multimodel`` -- losses / logits of a stack of models on one batch (IFCA, FeSEM, FedEM, FedRC, FedDrift).
+* ``stacked`` -- the one stacked forward (``vmap`` over ``functional_call``, batch norm per model) and its probe,
+  shared by the vectorised engine, batched evaluation and ``multimodel``.
 * ``cafa_weights`` -- CAFA's CBCC and ABFA aggregation weights (Eqs. 8-11).
 * ``creff_features`` -- CReFF's federated feature matching and head re-training.
 * ``dapfl_affinity`` -- DA-PFL's class affinity and dynamic aggregation weights (Eqs. 3-9).

@@ -1,9 +1,10 @@
 """Several models of one architecture on one client's data, and the EM maths of mixture methods.
 
 IFCA, FedDrift, FedEM and FedRC make a client score every one of M candidate models on its data. The M flat
-weight vectors are stacked to ``(M, P)`` and run in one batched pass: ``torch.func.vmap`` over
-``functional_call`` of the shared network, so a linear layer becomes one batched matmul instead of M separate
-loads and forwards (a per-model loop is the fallback for models ``vmap`` cannot run).
+weight vectors are stacked to ``(M, P)`` and run in one batched pass of the stacked forward the vectorised engine
+trains with (:class:`~flplat.maths.stacked.StackedForward`: ``vmap`` over ``functional_call`` of the shared
+network), so a linear layer becomes one batched matmul instead of M separate loads and forwards (a per-model loop
+is the fallback for models ``vmap`` cannot run).
 
 The pure functions here are tested on hand-computed values: per-sample losses, E-step responsibilities
 (``softmax(log π − ℓ)``, FedEM Eq. 10 / FedRC's ratio with the label prior), and the mixture prediction.
@@ -14,39 +15,36 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import functional_call
 
 from flplat.maths.losses import task_loss
+from flplat.maths.stacked import StackedForward
 from flplat.protocol.state import ParamLayout
-
-
-def _stacked_dict(layout: ParamLayout, models: torch.Tensor) -> dict[str, torch.Tensor]:
-    m = models.shape[0]
-    return {name: v.reshape(m, *shape) for name, v, shape in
-            zip(layout.names, models.split(layout.numels, dim=1), layout.shapes)}
 
 
 def stacked_logits(net: nn.Module, layout: ParamLayout, models: torch.Tensor, x: torch.Tensor,
                    chunk: int = 1024, model_chunk: int = 64) -> torch.Tensor:
-    """Logits ``(M, n, C)`` of the ``(M, P)`` flat models on ``x`` (``net`` in eval mode): one batched pass per
-    ``chunk`` samples and ``model_chunk`` models (bounds the activations' memory when M is large: FedDrift)."""
+    """Logits ``(M, n, C)`` of the ``(M, P)`` flat models on ``x`` (``net`` in eval mode): one stacked pass
+    (:class:`~flplat.maths.stacked.StackedForward`, every model on the same rows) per ``chunk`` samples and
+    ``model_chunk`` models (bounds the activations' memory when M is large: FedDrift)."""
     if models.shape[0] > model_chunk:
         return torch.cat([stacked_logits(net, layout, models[i:i + model_chunk], x, chunk, model_chunk)
                           for i in range(0, models.shape[0], model_chunk)])
+    m = models.shape[0]
     models = models.to(device=x.device, dtype=next(net.parameters()).dtype)
-    params = _stacked_dict(layout, models)
+    tensors = [v.reshape(m, *shape) for v, shape in zip(models.split(layout.numels, dim=1), layout.shapes)]
     out = []
     try:
-        run = vmap(lambda p, xb: functional_call(net, p, (xb,)), in_dims=(0, None))
+        run = StackedForward(net, layout.names, shared_input=True)
         for a in range(0, len(x), chunk):
-            out.append(run(params, x[a:a + chunk]))
+            out.append(run(tensors, x[a:a + chunk]))
     except (RuntimeError, NotImplementedError):  # a layer vmap cannot batch: one model at a time
         out = []
         for a in range(0, len(x), chunk):
-            out.append(torch.stack([functional_call(net, {k: v[i] for k, v in params.items()}, (x[a:a + chunk],))
-                                    for i in range(models.shape[0])]))
+            out.append(torch.stack([functional_call(net, {n: t[i] for n, t in zip(layout.names, tensors)},
+                                                    (x[a:a + chunk],)) for i in range(m)]))
     if not out:
-        return torch.zeros(models.shape[0], 0, 0, device=x.device)
+        return torch.zeros(m, 0, 0, device=x.device)
     return torch.cat(out, dim=1)
 
 

@@ -21,7 +21,8 @@ Framework"), as pure functions.
   The strict / lenient rules compare EMDs with a fraction of their maximum, so they select the same clients
   under either cost.
 * :func:`select_collaborators` -- strict (d ≤ 0.3·max d) and lenient (d ≤ 0.6·max d) selection (§IV-C), or all /
-  none; :func:`distance_order` -- the order of Algorithm 2 (closest first).
+  none; :func:`emd_bands` -- the three groups of Fig. 5 those thresholds cut (strict, lenient only, excluded);
+  :func:`distance_order` -- the order of Algorithm 2 (closest first).
 * :func:`membership_inference` -- the Euclidean-distance membership-inference attack of §V-D.
 """
 
@@ -131,6 +132,23 @@ def select_collaborators(emd: np.ndarray, target: int, rule: str, strict_ratio: 
         return np.array(sorted({int(k) for k in given} - {int(target)}), dtype=np.int64)
     ratio = strict_ratio if rule == "strict" else lenient_ratio
     return others[emd[others] <= ratio * emd[others].max()]
+
+
+def emd_bands(emd: np.ndarray, target: int, ratios: tuple[float, float] = (0.3, 0.6)) -> np.ndarray:
+    """Fig. 5's threshold bands: per client, 0 when ``d_i ≤ ratios[0] · max_{j≠T} d_j`` (strict selection), 1 when
+    only ``d_i ≤ ratios[1] · max`` (lenient selection adds it), 2 beyond (excluded); -1 for the target. The
+    thresholds are :func:`select_collaborators`' strict / lenient ones, so band ≤ 0 (≤ 1) is its strict (lenient)
+    choice."""
+    lo, hi = ratios
+    if not 0 <= lo <= hi:
+        raise ValueError(f"ratios must be 0 <= strict <= lenient, got {ratios}")
+    emd = np.asarray(emd, dtype=np.float64)
+    others = np.array([i for i in range(len(emd)) if i != target], dtype=np.int64)
+    bands = np.full(len(emd), -1, dtype=np.int64)
+    if others.size:
+        top = emd[others].max()
+        bands[others] = np.where(emd[others] <= lo * top, 0, np.where(emd[others] <= hi * top, 1, 2))
+    return bands
 
 
 def distance_order(emd: np.ndarray, candidates: np.ndarray) -> np.ndarray:

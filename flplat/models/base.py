@@ -17,8 +17,8 @@ model's tunable hyperparameters; :mod:`flplat.config` validates the ``model:`` s
 it, and :func:`build_model` turns a (validated or plain) section into a module for a given input shape and class
 count. Forward passes have no data-dependent Python control flow (shape-only decisions are taken once, at
 construction), so ``torch.func.functional_call`` + ``vmap`` over stacked parameter copies works; dropout then
-needs ``randomness="different"`` (or ``"same"``), and batch norm in training mode mutates its running
-statistics, which ``vmap`` does not allow (use ``eval()`` or models without batch norm there). Nothing here
+needs ``randomness="different"`` (or ``"same"``), and batch norm in training mode, which mutates its running
+statistics in place, runs through :class:`flplat.maths.stacked.StackedForward` (statistics per model). Nothing here
 seeds a random generator: parameter initialisation draws from torch's global generator, which the caller seeds.
 """
 

@@ -15,7 +15,8 @@ two 3×3 convolutions (ReLU, same padding) regularised with batch normalisation,
 0.2 / 0.3 / 0.4; then flatten -> dense 128 (ReLU, batch norm, dropout 0.5) -> classifier. The layer order
 inside a block follows the common Keras formulation of this model: Conv -> ReLU -> BatchNorm, twice, then
 MaxPool -> Dropout; the dense layer is Linear -> ReLU -> BatchNorm1d -> Dropout. Batch norm in training mode
-needs more than one sample per batch (drop a final batch of size 1) and is not ``vmap``-able in training mode.
+needs more than one sample per batch (drop a final batch of size 1); vectorised clients keep its statistics per
+client (:mod:`flplat.maths.stacked`).
 
 ``lenet5`` — LeNet-5 (LeCun et al., 1998), the MNIST/FMNIST/CIFAR-10 backbone of Flux (Fenoglio et al., §5), in its
 modern form: conv 6@5×5 (padding 2) -> ReLU -> 2×2 max-pool -> conv 16@5×5 -> ReLU -> 2×2 max-pool -> FC 120 ->

@@ -112,6 +112,7 @@ class ClientResult:
     num_steps: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     extra_bytes_up: int = 0
+    loss_scale: float | None = None  # 16-mixed: the client's gradient-scaler scale after its last step (engine's)
 
 
 @dataclass

@@ -74,11 +74,14 @@ CHECK_OVERRIDES: dict[str, dict[str, Any]] = {
 
 
 def tiny_overrides(**extra) -> list[str]:
-    """A synthetic federation that trains in well under a second per round (``extra``: more dotted keys)."""
+    """A synthetic federation that trains in well under a second per round (``extra``: more dotted keys). The
+    dataset's and the partition's own keys sit in ``data_defaults`` / ``partition_defaults``, so ``extra`` may
+    switch ``data.name`` / ``partition.name`` without meeting keys of another entry."""
     base = {
-        "data.name": "synthetic", "data.synthetic_samples": 600, "data.synthetic_features": 12,
-        "data.synthetic_classes": 4, "partition.name": "dirichlet", "partition.alpha": 0.5,
-        "partition.num_clients": 6, "partition.min_samples": 10, "model.name": "mlp", "model.hidden": "[16]",
+        "data.name": "synthetic", "data_defaults.synthetic.samples": 600, "data_defaults.synthetic.features": 12,
+        "data_defaults.synthetic.classes": 4, "partition.name": "dirichlet", "partition_defaults.dirichlet.alpha": 0.5,
+        "partition.num_clients": 6, "partition_defaults.dirichlet.min_samples": 10, "model.name": "mlp",
+        "model.hidden": "[16]",
         "federation.rounds": 2, "federation.client_fraction": 0.5, "federation.local_epochs": 1,
         "federation.batch_size": 16, "tracking.enabled": "false",
         "algorithm_defaults.flux_prior.num_clusters": 2,  # Dirichlet has no planted M for Flux-prior's default 0

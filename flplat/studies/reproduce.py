@@ -13,12 +13,18 @@ are data, ``configs/papers/<paper>.yaml`` (see :func:`load_paper_values`). A tab
   algorithm, plugins included, with its overrides; see :func:`parse_added_method`) as a row of every train table,
   run at the same scale and seeds and cached the same way; it has no paper value, and its verdict says where it
   stands against the table's reference. ``--jobs N`` runs cells in N worker processes with one thread each. A
-  *mean cell* (``Cell.parts``: a paper's mean over shift types or levels, e.g. Flux's Tables 8 and 51) is one run
-  per part, method and seed, its value for a seed the mean of its parts' values (none, with the first missing
-  part's reason, while a part has none); its parts are the runs of the per-part cells of other tables when their
-  configs resolve the same. A cell's metric ``NAME@sum`` is the sum of NAME over the run's rounds (a run's time).
+  *pooled cell* (``Cell.members``: a paper's mean over shift types or levels, e.g. Flux's Tables 8, 51 and 63) is
+  one run per member, method and seed, its value over all of them; with ``Cell.per_seed`` its value for a seed is
+  the mean of its members' values (none, with the first missing member's reason, while a member has none), the std
+  then over the seeds. Its members are the runs of the per-member cells of other tables when their configs resolve
+  the same. A cell's metric ``NAME@sum`` is the sum of NAME over the run's rounds (a run's time).
 * ``analysis``: no training (CBCC's IID detection, PQFed's EMD curve); a function of (cell, seed) that returns
   one number per row ("method"), logged on the parent run.
+* ``derived``: no runs of its own; each cell is, per seed and method, the mean of other tables' cells (``parts``:
+  Flux's Tables 10/11 average its per-shift tables per level, its Table 1 over shifts and levels). Its jobs are its
+  parts' jobs (the same hashes, so the same runs as the component tables'); a seed where some part has no value is
+  "incomplete" with a note naming the missing parts, never a mean of the parts that are there
+  (:mod:`flplat.studies.reproduction.derived`).
 
 Runs of other code. A run's config hash says what it computes, not which code computed it: every run also records
 its code identity (flplat's source hash, the plugins' hashes: :mod:`flplat.tracking.provenance`). A finished run
@@ -70,6 +76,7 @@ from pathlib import Path
 from flplat.config_io import config_key  # the hash that identifies a run
 from flplat.errors import ConfigError, RunFailed
 from flplat.studies.reproduction.collect import Collected, collect_analysis, collect_train
+from flplat.studies.reproduction.derived import collect_derived, derive, derived_plan
 from flplat.studies.reproduction.execute import (
     Backend,
     LocalBackend,
@@ -79,7 +86,7 @@ from flplat.studies.reproduction.execute import (
     make_backend,
     run_grid,
 )
-from flplat.studies.reproduction.figures import plot_cells, plot_curves
+from flplat.studies.reproduction.figures import plot_cells, plot_curves, plot_series
 from flplat.studies.reproduction.grid import (
     PAPERS,
     REPO,
@@ -112,10 +119,10 @@ from flplat.studies.reproduction.values import (
 __all__ = [
     "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Backend", "Cell", "FigureContext", "Job", "LocalBackend",
     "Method", "Progress", "RayBackend", "RowsRefused", "Store", "Table", "check_paper_values", "compatible",
-    "config_key", "default_jobs", "describe_metric", "job_commands", "listing", "load_paper_values", "make_backend",
-    "out_stem", "paper_module", "paper_tables", "paper_value", "parse_added_method", "per_table", "plan", "plot_cells",
-    "plot_curves", "render_table", "reproduce", "resolve_scale", "run_grid", "run_params", "select", "table_header",
-    "value_note", "verdict", "with_added",
+    "config_key", "default_jobs", "derive", "derived_plan", "describe_metric", "job_commands", "listing",
+    "load_paper_values", "make_backend", "out_stem", "paper_module", "paper_tables", "paper_value",
+    "parse_added_method", "per_table", "plan", "plot_cells", "plot_curves", "plot_series", "render_table", "reproduce",
+    "resolve_scale", "run_grid", "run_params", "select", "table_header", "value_note", "verdict", "with_added",
 ]
 
 
@@ -150,8 +157,8 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
     if extra:
         trains = [t for t in chosen if t.kind == "train"]
         if not trains:
-            raise ConfigError(f"--add-method: {', '.join(t.id for t in chosen)} train nothing (analysis tables); "
-                              "allowed: a train table (see flplat reproduce --list)")
+            raise ConfigError(f"--add-method: {', '.join(t.id for t in chosen)} train nothing of their own "
+                              "(analysis or derived tables); allowed: a train table (see flplat reproduce --list)")
         chosen = [with_added(t, extra) if t.kind == "train" else t for t in chosen]
         if methods:
             methods = [*methods, *(m.name for m in extra if m.name not in methods)]
@@ -175,9 +182,13 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
     for t in chosen:
         sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
         t_methods, t_cells = sel[t.id]
-        if t.kind == "train":
-            plans[t.id] = (sd, plan(paper, t, scale, sd, t_methods, t_cells, overrides, experiment, store_dir,
-                                    baseline_seeds), t_methods, t_cells)
+        if t.kind in ("train", "derived"):
+            planner = plan if t.kind == "train" else derived_plan
+            plans[t.id] = (sd, planner(paper, t, scale, sd, t_methods, t_cells, overrides, experiment, store_dir,
+                                       baseline_seeds), t_methods, t_cells)
+            if extra and t.kind == "derived":
+                print(f"{t.id}: a derived table (means of other tables' cells): the added methods are not in it",
+                      file=sys.stderr)
         else:
             select(t.cells, t_cells, "cells", "id")
             select(t.methods, [m for m in t_methods or [] if m not in {e.name for e in extra}], "methods", "name")
@@ -230,14 +241,17 @@ def _reproduce_tables(paper, chosen, plans, values, store, backend, o: _Options,
             if t.kind == "train":
                 got = collect_train(paper, t, jobs, store, parent, backend, o.render_only, o.rerun_stale, o.out_dir,
                                     out_stem(paper, t.id, o.scale))
+            elif t.kind == "derived":
+                got = collect_derived(paper, t, jobs, store, parent, backend, o.scale, sd, methods, cells,
+                                      o.render_only, o.rerun_stale, o.out_dir, out_stem(paper, t.id, o.scale))
             else:
                 got.ours, got.skips = collect_analysis(t, sd, cells, o.scale, store, parent)
             header = table_header(t, values, o.scale, note, sd, cells, methods, o.baseline_seeds,
                                   (len(got.stale_ids), got.n_runs))
-            sel = methods if t.kind == "train" else [m for m in methods or [] if m not in added_names]
+            sel = methods if t.kind != "analysis" else [m for m in methods or [] if m not in added_names]
             text = render_table(t, values, got.ours, header, cells, sel or None, got.skips, got.stale)
             store.client.log_text(parent, text, f"reproduce/{t.id}.md")
-            _publish(paper, t, text, got, store, parent, o, t_start)
+            _publish(paper, t, text, got, store, parent, o, t_start, list(sd), jobs or [], values)
             texts.append(text)
             if refused is not None:
                 refused += got.refused
@@ -251,9 +265,9 @@ def _reproduce_tables(paper, chosen, plans, values, store, backend, o: _Options,
 
 
 def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, parent: str, o: _Options,
-             t_start: float) -> None:
-    """A table's figure (logged to ``parent``; with ``--out`` written there beside the markdown) and its block in
-    the ``--results`` document."""
+             t_start: float, seeds: list, jobs: list, values: dict | None = None) -> None:
+    """A table's figure (logged to ``parent``; with ``--out`` written there beside the markdown; drawn from our
+    values, with the paper's numbers where it shows them) and its block in the ``--results`` document."""
     stem = out_stem(paper, t.id, o.scale)
     if t.figure and got.ours:
         import tempfile
@@ -262,7 +276,10 @@ def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, pare
             png = str(Path(o.out_dir or tmp) / f"{stem}.png")
             Path(png).parent.mkdir(parents=True, exist_ok=True)
             Path(png).unlink(missing_ok=True)  # never log an earlier command's figure
-            t.figure(FigureContext(got.ours, o.scale, png, store.client, got.run_ids))
+            reported = {(c.id, m.name): paper_value(values or {}, t.id, c.id, m.name)[0] for c in t.cells
+                        for m in t.methods}
+            t.figure(FigureContext(got.ours, o.scale, png, store.client, got.run_ids, seeds, jobs,
+                                   {k: v for k, v in reported.items() if v is not None}))
             if Path(png).is_file():
                 store.client.log_artifact(parent, png, "reproduce")
             else:  # e.g. Fig. 5 before any Clust-PSI-PFL run has finished
@@ -288,14 +305,22 @@ def out_stem(paper: str, table: str, scale: str) -> str:
 
 
 def listing() -> str:
-    """Every paper's tables, their datasets, cells and methods, and the cells that run nothing with the reason
-    (``flplat reproduce --list``)."""
+    """Every paper's tables, their datasets, where the paper's numbers come from, the tables a derived table
+    averages, cells and methods, and the cells that run nothing with the reason (``flplat reproduce --list``)."""
     lines = []
     for p in PAPERS:
         lines.append(f"{p}:")
+        sources = load_paper_values(p).get("tables", {})
         for t in paper_tables(p):
             lines.append(f"  {t.id} [{t.kind}] {t.title}")
             lines.append(f"    datasets: {', '.join(t.data_names())}")
+            lines.append(f"    paper: {sources.get(t.id, {}).get('source') or 'no values file entry'}")
+            if t.kind == "derived":
+                n = {}
+                for part in t.parts.values():
+                    for tbl, cid in part:
+                        n.setdefault(tbl.id, set()).add(cid)
+                lines.append(f"    means of: {', '.join(f'{tid} ({len(c)} cells)' for tid, c in n.items())}")
             lines.append(f"    cells: {', '.join(c.id for c in t.cells)}")
             lines.append(f"    methods: {', '.join(m.name for m in t.methods)}")
             waiting: dict[str, list[str]] = {}

@@ -65,7 +65,7 @@ from flplat.tracking.store import (  # noqa: F401  (re-exported)
     store_uris,
 )
 
-UNUSED_PREFIX = "algorithm_unused."
+UNUSED_PREFIX = ("algorithm_unused.", "data_unused.", "partition_unused.")  # keys carried, not used (config.py)
 
 
 def start_system_metrics(client, run_id: str, uri: str, tracking_cfg):

@@ -12,11 +12,17 @@ Methods as §IV-D: SGD lr 0.01 (CIFAR-100: 0.001), batch 10, the same regularisa
 method (λ = μ = 1), FedRep's head / body epochs 10 / 1 (its paper), the clustering methods' k = 3 for 20 clients and 7
 for 100 (§IV-D). The ready configs (configs/dapfl/) are the paper's protocol at CPU size (digits: 100 rounds; FMNIST: a
 6,000-image pool, 60 rounds), so ``reduced`` runs them as they are; CIFAR-10 runs the full data.
+
+Fig. 1 (the toy example of §I: aggregation weight against accuracy, FedAMP's similarity against DA-PFL's affinity)
+and Fig. 3 (the class × client heat maps of the partition at α = 1 and 0.5) train no federation run: they are
+analyses of :mod:`flplat.studies.papers.dapfl_figures`, with CIFAR-10 at ``paper``, FMNIST at ``reduced`` and digits
+at ``smoke``.
 """
 
 from __future__ import annotations
 
 from flplat.studies.papers import SMOKE
+from flplat.studies.papers import dapfl_figures as figs
 from flplat.studies.reproduce import Cell, Method, Table, plot_curves
 
 # every DA-PFL cell measures the rounds to 40% and 50% (Table VI's CIFAR-10 / FEMNIST targets), so that Tables I,
@@ -112,4 +118,24 @@ TABLES = [
           _by_metric("cifar100", ROUNDS_CIFAR100, None) + _by_metric("femnist", ROUNDS, None),
           [m for m in METHODS if m.name in ("FedAvg", "FedProx", "Ditto", "CReFF", "FedPFA", "FedAMP", "DA-PFL")],
           higher_is_better=False, **{**PAPER_COMMON, "scale_factor": 1.0, "tie": 0.5}),
+]
+
+# ---------------------------------------------------------------------------------------- Figs. 1 and 3 (no runs)
+FIG_NOTES = {"smoke": "digits (configs/dapfl/digits_k20_*.yaml) in place of CIFAR-10",
+             "reduced": "FMNIST (configs/dapfl/fmnist_k20_*.yaml, its 6,000-image pool) in place of CIFAR-10",
+             "paper": "CIFAR-10 (configs/dapfl/cifar10_k20_*.yaml)"}
+FIG1_NOTES = {k: f"{v}; classes A, B, C = {figs.TOY_CLASSES[figs.FIG_DATA[k]]}; the pair trains "
+                 f"{figs.PAIR_ROUNDS[k]} rounds of FedAvg" + ("; 0.4 × the §I counts (digits is small)" if k == "smoke"
+                                                              else "") for k, v in FIG_NOTES.items()}
+FIGS = dict(kind="analysis", reference=None, datasets=["cifar10", "fmnist (reduced)", "digits (smoke)"])
+
+TABLES += [
+    Table("fig1", "DA-PFL Fig. 1: accuracy and aggregation weights of four groups (client 0 with client g): FedAMP's "
+          "similarity against DA-PFL's affinity", [Cell(g) for g in figs.PARTNERS],
+          [Method(r) for r in figs.FIG1_ROWS], analyze=figs.toy_point, figure=figs.plot_toy,
+          findings=figs.fig1_findings, seeds=[0, 1, 2, 3, 4], notes=FIG1_NOTES, **FIGS),
+    Table("fig3", "DA-PFL Fig. 3: samples per class and client of the partition, 20 clients, α = 1 (low) and 0.5 "
+          "(high imbalance)", [Cell(f"alpha={a}", params={"alpha": a}) for a in ("1.0", "0.5")],
+          [Method(r) for r in figs.FIG3_ROWS], analyze=figs.partition_profile, figure=figs.plot_partitions,
+          findings=figs.fig3_findings, seeds=[0, 1, 2], notes=FIG_NOTES, **FIGS),
 ]

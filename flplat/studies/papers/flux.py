@@ -1,5 +1,5 @@
 """Flux (seed 003): App. F.1 on MNIST (Tables 12-19, the per-shift, per-level numbers behind Table 1 / Fig. 4):
-four shift types × levels 2, 5, 8, known-association and test-phase accuracy, the ARI of the clustered methods'
+four shift types × levels 1-8 (Table 9), known-association and test-phase accuracy, the ARI of the clustered methods'
 clusterings against the true distributions and τ, the number of clusters each one ends with, beside the true
 number of distributions M (the ``true M`` row: the partition's ``num_distributions``, logged on Flux's run). The
 paper reports neither ARI nor τ as numbers (its claim, §3 and App. D.2, is that Flux finds M without being told;
@@ -16,6 +16,13 @@ guard" (``algorithm.knee_guard=noise``, our rule for curves without a dense->spa
 docs/flux_clustering.md). A run of either row made by an earlier flplat stands for it by its logged
 ``algorithm.knee_guard`` (:mod:`flplat.studies.reproduction.store`).
 
+The means are derived tables (:mod:`flplat.studies.reproduction.derived`: per seed and method, the mean of other
+tables' cells, from the same runs): ``mean_by_level`` (Tables 10/11 and Fig. 4; ``_fmnist``, ``_cifar10``,
+``_cifar100``: Tables 20/21, 30/31, 40/41 and Fig. 12's columns, one PNG each with the paper's curves dashed), per
+level the mean over the four shifts, the test phase over P(X), P(Y), P(X|Y) as the paper's (P(Y|X) has none); and
+``table1`` (Table 1), per dataset the mean over every shift and level (CheXpert: its three levels; Office-Home: its one
+cell), at smoke scale over level 5 of each shift only (4 runs per method and dataset instead of 32).
+
 ``scalability`` is App. F.2's large-scale run (Table 50): 1,200 clients, participation 0.2, known-association
 accuracy of FedAvg and Flux under each shift type at F.2's levels (P(X): rotations {0, 90, 180, 270} = level 3;
 P(Y): 4 classes = level 7; P(Y|X): swap pool 5 = level 5; P(X|Y): 6 classes = level 6), from
@@ -29,10 +36,10 @@ at this size where the full descriptor does not; docs/flux_clustering.md).
 from __future__ import annotations
 
 from flplat.studies.papers import SMOKE
-from flplat.studies.reproduce import Cell, Method, Table, plot_cells
+from flplat.studies.reproduce import Cell, Method, Table, plot_cells, plot_series
 
 SHIFTS = ("feature", "label", "concept_yx", "concept_xy")
-LEVELS = (2, 5, 8)
+LEVELS = tuple(range(1, 9))  # App. F.1 / Table 9: eight non-IID levels per shift
 CELLS = [Cell(f"{s}_l{lv}", f"configs/flux/table1/mnist_{s}_l{lv}.yaml") for s in SHIFTS for lv in LEVELS]
 # "Flux" is the paper's method (the knee of App. D.2 alone, the algorithm's default); "Flux + noise guard" adds our
 # noise guard (algorithm.knee_guard=noise, not in the paper; docs/flux_clustering.md), its own row
@@ -71,7 +78,7 @@ SCALABILITY = "configs/flux/scalability_1200.yaml"
 # opt-in, not in the paper: Flux clustering on the label-free part d' = [mu_x, sigma_x] alone (at 27-29 distinct
 # images per client the class-conditional part is sampling noise; docs/flux_clustering.md, "Flux at 1,200 clients")
 LABEL_FREE = Method("Flux (d' only)", ["algorithm.name=flux", "algorithm.descriptor_part=marginal"])
-SCALABILITY_CELLS = [Cell(f"{s}_l{lv}", SCALABILITY, [f"partition.shift_type={s}", f"partition.shift_level={lv}"])
+SCALABILITY_CELLS = [Cell(f"{s}_l{lv}", SCALABILITY, [f"partition.type={s}", f"partition.level={lv}"])
                      for s, lv in (("feature", 3), ("label", 7), ("concept_yx", 5), ("concept_xy", 6))]
 SCALABILITY_SCALES = {
     # 40 training + 10 unseen clients share the 600-image smoke pool (12 each), 8 of them per round
@@ -110,7 +117,7 @@ TABLES = [
 
 # ---------------------------------------------------------------------- Table 1's other datasets (App. F.1, F.4, B.1)
 # FMNIST / CIFAR-10 / CIFAR-100: the per-shift, per-level tables of App. F.1 (FMNIST 22-29, CIFAR-10 32-39, CIFAR-100
-# 42-49) at levels 2, 5, 8 as the MNIST tables; the ready configs of tools/make_flux_configs.py (LeNet-5; ResNet-9
+# 42-49) at levels 1-8 as the MNIST tables; the ready configs of tools/make_flux_configs.py (LeNet-5; ResNet-9
 # and 15 rounds on CIFAR-100; DBSCAN scaling 0.95 / 1.0 / 0.98, App. D.2)
 IMAGE_SETS = {"fmnist": ("FMNIST", "LeNet-5"), "cifar10": ("CIFAR-10", "LeNet-5"),
               "cifar100": ("CIFAR-100", "ResNet-9, 15 rounds")}
@@ -146,14 +153,14 @@ CHEXPERT_CELLS = [Cell(lv, f"configs/flux/chexpert_{lv}.yaml") for lv in ("low",
 OFFICEHOME_CELLS = [Cell("domains", "configs/flux/officehome.yaml")]
 # smoke: tiny images and few clients (the CI's generated files hold a few dozen images)
 REAL_SMOKE = [*SMOKE, "partition.num_clients=4", "partition.num_unseen_clients=2"]
-CHEXPERT_SCALES = {"smoke": [*REAL_SMOKE, "data.chexpert.image_size=16"],
-                   "reduced": ["data.chexpert.max_train_rows=20000", "data.chexpert.image_size=32"]}
-OFFICEHOME_SCALES = {"smoke": [*REAL_SMOKE, "data.officehome.image_size=16"],
-                     "reduced": ["data.officehome.image_size=32"]}
+CHEXPERT_SCALES = {"smoke": [*REAL_SMOKE, "data.image_size=16"],
+                   "reduced": ["data.max_train_rows=20000", "data.image_size=32"]}
+OFFICEHOME_SCALES = {"smoke": [*REAL_SMOKE, "data.image_size=16"],
+                     "reduced": ["data.image_size=32"]}
 _SMOKE_NOTE = "CI size: 4 clients (2 unseen), 16 x 16 images, 2 rounds of 1 epoch, the MLP"
 CHEXPERT_NOTES = {
     "smoke": _SMOKE_NOTE,
-    "reduced": "the first 20,000 rows of train.csv instead of all (data.chexpert.max_train_rows) and 32 x 32 images "
+    "reduced": "the first 20,000 rows of train.csv instead of all (data.max_train_rows) and 32 x 32 images "
                "instead of 64 x 64; ResNet-9, 20 + 20 unseen clients, 20 rounds, E = 2, lr 0.005 as the paper. "
                + GUARD,
     "paper": "the paper's setting (the ready configs as they are; the whole train.csv, 64 x 64 images as Flux's code). "
@@ -180,3 +187,92 @@ TABLES += [
     Table("officehome_test_phase", "Flux Table 1 (Office-Home): test-phase accuracy, its four domains as the "
           "distributions", OFFICEHOME_CELLS, METHODS, metric="test_phase_accuracy", **OFFICEHOME),
 ]
+
+# ------------------------------------------------- the means: Tables 10/11, 20/21, 30/31, 40/41, Figs. 4, 12, Table 1
+# Derived tables (flplat.studies.reproduction.derived): each cell is, per seed and method, the mean of other tables'
+# cells, from the same runs (nothing new is trained). The test-phase means leave P(Y|X) out (it has no test phase,
+# App. F.1), as the paper's own: its Table 11 gives FedAvg 86.62 at level 5 = (83.16 + 91.72 + 84.99) / 3, the P(X),
+# P(Y), P(X|Y) values of Tables 13/15/19 (with P(Y|X)'s 63.87 the mean would be 80.94, the known-association one).
+# Table 1 is the mean over the eight levels of the summary tables (MNIST FedAvg: 80.9 = the mean of Tables 10/11's
+# eight known-association values), i.e. over every shift and level; its CheXpert column the mean of Table 59's three
+# levels, its Office-Home column the one cell of its own tables.
+_BY_ID = {t.id: t for t in TABLES}
+DATASETS = {"mnist": ("", "MNIST", "Tables 10/11, Fig. 4 and Fig. 12's MNIST column"),
+            "fmnist": ("_fmnist", "FMNIST", "Tables 20/21 and Fig. 12's FMNIST column"),
+            "cifar10": ("_cifar10", "CIFAR-10", "Tables 30/31 and Fig. 12's CIFAR-10 column"),
+            "cifar100": ("_cifar100", "CIFAR-100", "Tables 40/41 and Fig. 12's CIFAR-100 column")}
+MEANS_NOTE = ("ka_lN: known association at level N, the mean over the four shifts; tp_lN: test phase at level N, the "
+              "mean over P(X), P(Y), P(X|Y) (P(Y|X) has no test phase, App. F.1; the paper's summary tables average "
+              "these three too, though their ATP test-phase means on MNIST, FMNIST and CIFAR-10 are not the means of "
+              "ATP's per-shift values: configs/papers/flux.yaml)")
+
+
+def _defined(t: Table, cells) -> list[tuple[Table, str]]:
+    return [(t, c) for c in cells if c not in t.undefined]
+
+
+def _level_parts(suffix: str) -> dict[str, list[tuple[Table, str]]]:
+    ka, tp = _BY_ID[f"known_association{suffix}"], _BY_ID[f"test_phase{suffix}"]
+    return {**{f"ka_l{lv}": _defined(ka, [f"{s}_l{lv}" for s in SHIFTS]) for lv in LEVELS},
+            **{f"tp_l{lv}": _defined(tp, [f"{s}_l{lv}" for s in SHIFTS]) for lv in LEVELS}}
+
+
+def _level_figure(name: str, figure: str):
+    def draw(ctx):
+        plot_series(ctx, {"known association": [(lv, f"ka_l{lv}") for lv in LEVELS],
+                          "test phase": [(lv, f"tp_l{lv}") for lv in LEVELS]},
+                    f"Flux {figure} ({name}): accuracy against the non-IID level, mean over the shifts",
+                    "accuracy (%)", "non-IID level", 100.0)
+    return draw
+
+
+def _mean_by_level(d: str) -> Table:
+    suffix, name, source = DATASETS[d]
+    ka = _BY_ID[f"known_association{suffix}"]
+    parts = _level_parts(suffix)
+    return Table(f"mean_by_level{suffix}", f"Flux {source} ({name}): accuracy per non-IID level, the mean over the "
+                 "shifts", [Cell(cid) for cid in parts], METHODS, metric=ka.metric, kind="derived", parts=parts,
+                 notes={k: f"{v}. {MEANS_NOTE}" for k, v in ka.notes.items()},
+                 figure=_level_figure(name, "Fig. 4" if d == "mnist" else "Fig. 12"),
+                 **{k: v for k, v in COMMON.items() if k not in ("notes", "scales")})
+
+
+TABLES += [_mean_by_level(d) for d in DATASETS]
+
+_CHEX_KA, _CHEX_TP = _BY_ID["chexpert_known_association"], _BY_ID["chexpert_test_phase"]
+_OH_KA, _OH_TP = _BY_ID["officehome_known_association"], _BY_ID["officehome_test_phase"]
+_REAL_PARTS = {"chexpert_ka": _defined(_CHEX_KA, [c.id for c in CHEXPERT_CELLS]),
+               "chexpert_tp": _defined(_CHEX_TP, [c.id for c in CHEXPERT_CELLS]),
+               "officehome_ka": _defined(_OH_KA, ["domains"]), "officehome_tp": _defined(_OH_TP, ["domains"])}
+
+
+def _table1_parts(levels) -> dict[str, list[tuple[Table, str]]]:
+    parts = {}
+    for d, (suffix, _, _) in DATASETS.items():
+        cells = [f"{s}_l{lv}" for s in SHIFTS for lv in levels]
+        parts[f"{d}_ka"] = _defined(_BY_ID[f"known_association{suffix}"], cells)
+        parts[f"{d}_tp"] = _defined(_BY_ID[f"test_phase{suffix}"], cells)
+    return {**parts, **_REAL_PARTS}
+
+
+# smoke: level 5 of each shift only (4 runs per method and dataset instead of 32), so that CI runs a cell in seconds
+SMOKE_LEVELS = (5,)
+TABLE1_NOTES = {
+    "smoke": "CI size (the component tables' smoke scale: 30 samples per client, 2 rounds of 1 epoch, the MLP; "
+             "CheXpert / Office-Home: 4 clients, 16 x 16 images); the MNIST / FMNIST / CIFAR cells average level 5 of "
+             "each shift only, not the eight levels",
+    "reduced": "each part at its own table's reduced scale (the per-shift tables: 500 samples per client, SGD lr 0.03; "
+               "CheXpert: 20,000 rows, 32 x 32 images; Office-Home: 32 x 32 images; their headers give the rest). "
+               + GUARD,
+    "paper": "the paper's setting (the ready configs as they are). " + GUARD}
+TABLES.append(Table(
+    "table1", "Flux Table 1: accuracy (CheXpert: macro ROC AUC) per dataset, the mean over the shifts and levels "
+    "(CheXpert: its three levels), known association (_ka) and test phase (_tp)",
+    [Cell(cid) for cid in _table1_parts(LEVELS)], METHODS, metric="known_association_accuracy", kind="derived",
+    parts=_table1_parts(LEVELS), scale_parts={"smoke": _table1_parts(SMOKE_LEVELS)}, notes=TABLE1_NOTES,
+    **{k: v for k, v in COMMON.items() if k not in ("notes", "scales")}))
+
+# the ablations of App. F.6.2-F.6.4 (Tables 63-66) and the descriptor fidelity of App. C.1.2 (Table 4)
+from flplat.studies.papers import flux_ablations  # noqa: E402
+
+TABLES += flux_ablations.TABLES

@@ -30,10 +30,9 @@
   240 / 480 / 960 / all samples) at four levels read as 1 / 3 / 5 / 7 (FedAvg's 100 % row matches Tables 10-11 at
   levels 1 and 7; the paper names the levels Low ... High only), and ~1 % of the data (600 samples) per client, 20
   clients, 200 rounds, per shift at F.2's levels (F.6.1 names none).
-* ``table6`` (App. D.3): Flux-soft beside Flux and the baselines, mean over the four shifts at levels 2, 5, 8 (the
-  paper: "three levels of heterogeneity", not which). The paper cites the same column for its dynamic-drift setting
-  (Flux 14 points above the best baseline) and its numbers are not its static tables' (FedAvg 71.9 against 79.9,
-  the mean of Tables 12-19 at those levels): the ``dynamic`` cell says it needs a drift generator flplat has not.
+* Table 6 (App. D.3, Flux-soft beside Flux and the baselines) is not here: its numbers are those of D.3's dynamic
+  setting (FedAvg 71.9 against 79.9, the mean of the static Tables 12-19 at levels 2, 5, 8), so it is
+  :mod:`flplat.studies.papers.flux_mixed`'s ``table6_drift`` (with the Flux-soft row) and ``table6_drift_cells``.
 """
 
 from __future__ import annotations
@@ -56,6 +55,12 @@ FEDAVG, FLUX = BY["FedAvg"], BY["Flux"]
 KINDS = (("known", KA, SHIFTS), ("test", TP, TEST_SHIFTS))
 
 
+def MeanCell(cid: str, *args, **kwargs) -> Cell:  # noqa: N802 (a Cell whose kind is fixed)
+    """A pooled cell whose value per seed is the mean over its members (the papers' means over the shifts or levels,
+    ± their std over the seeds; a seed with a member missing has no value): ``Cell(..., per_seed=True)``."""
+    return Cell(cid, *args, per_seed=True, **kwargs)
+
+
 def table1(d: str, s: str, lv: int) -> str:
     return f"configs/flux/table1/{d}_{s}_l{lv}.yaml"
 
@@ -71,7 +76,7 @@ def k_clients(k: int, copies: int) -> list[str]:
 def f2_means(prefix: str, over: list[str], kinds=KINDS) -> list[Cell]:
     """Mean cells on configs/flux/clients.yaml: known association over the four shifts, the test phase over the three
     that have one (App. F.1 / F.2), at F.2's levels."""
-    return [Cell(f"{prefix}_{kind}", CLIENTS, over, parts=[f2_shift(s) for s in shifts], metric=metric)
+    return [MeanCell(f"{prefix}_{kind}", CLIENTS, over, members=[f2_shift(s) for s in shifts], metric=metric)
             for kind, metric, shifts in kinds]
 
 
@@ -88,7 +93,8 @@ F2_NOTES = {"smoke": "CI size: a 600-image pool, 2 rounds of 1 epoch, the MLP",
 F2 = dict(scales=F2_SCALES, notes=F2_NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005,
           focus=["Flux", GUARDED, "Flux-prior"])
 CLIENT_CELLS = [c for k, n in COPIES.items() for c in f2_means(f"k{k}", k_clients(k, n))]
-TIME_CELLS = [Cell(f"k{k}", CLIENTS, k_clients(k, n), parts=[f2_shift(s) for s in SHIFTS]) for k, n in COPIES.items()]
+TIME_CELLS = [MeanCell(f"k{k}", CLIENTS, k_clients(k, n), members=[f2_shift(s) for s in SHIFTS])
+              for k, n in COPIES.items()]
 
 
 def _per_k(k: int, number: int) -> Table:
@@ -139,7 +145,7 @@ TABLES = [
 
 # ------------------------------------------------------------------------------------- App. E.3: Table 8
 T8_SETS = ("mnist", "fmnist", "cifar10")
-T8_CELLS = [Cell(f"{d}_{s}_{kind}", parts=[Cell(f"l{lv}", table1(d, s, lv)) for lv in range(1, 9)], metric=metric)
+T8_CELLS = [MeanCell(f"{d}_{s}_{kind}", members=[Cell(f"l{lv}", table1(d, s, lv)) for lv in range(1, 9)], metric=metric)
             for d in T8_SETS for s in SHIFTS for kind, metric, _ in KINDS]
 HACCS_NOTE = ("HACCS is flplat's (Wolfrath et al.: OPTICS clusters of the label histograms choose which clients train "
               "the one global model, as Clust-PSI-PFL runs it); with Flux's full participation every client trains "
@@ -160,8 +166,8 @@ TABLES.append(Table(
 # ---------------------------------------------------------------------------- App. F.5 / Table 60, App. C.2 / Table 5
 P_CLIENTS, P_COPIES = 20, 2
 RATES = ("1.0", "0.8", "0.6", "0.4", "0.2")
-T60_CELLS = [Cell(f"p{q}", CLIENTS, [*k_clients(P_CLIENTS, P_COPIES), f"federation.client_fraction={q}"],
-                  parts=[f2_shift(s) for s in SHIFTS], metric=KA) for q in RATES]
+T60_CELLS = [MeanCell(f"p{q}", CLIENTS, [*k_clients(P_CLIENTS, P_COPIES), f"federation.client_fraction={q}"],
+                  members=[f2_shift(s) for s in SHIFTS], metric=KA) for q in RATES]
 T60_NOTES = {**F2_NOTES, "reduced": F2_NOTE.format(pool="6,000") + "; K = 20 and the copies 2, our reading of F.5",
              "paper": "the paper's setting as we read it: configs/flux/clients.yaml with K = 20 (F.5: ~4 clients at "
                       "participation 0.2), the copies 2 (F.2's K / 12.5 rounded), F.2's level per shift"}
@@ -254,11 +260,11 @@ def _fig10_claim(means):
     return text, max(means) - min(means) <= 0.02, f"range {100 * (max(means) - min(means)):.2f} points"
 
 
-FIG8_CELLS = [Cell(f"{d}_r{r}", overrides=[f"algorithm.start_round={r}"], parts=d1_parts(d), metric=KA)
+FIG8_CELLS = [MeanCell(f"{d}_r{r}", overrides=[f"algorithm.start_round={r}"], members=d1_parts(d), metric=KA)
               for d in FIG8_SETS for r in range(1, 10)]
-FIG10_CELLS = [Cell(f"{d}_t{t}", overrides=[f"algorithm.start_threshold={t}"], parts=d1_parts(d), metric=KA)
+FIG10_CELLS = [MeanCell(f"{d}_t{t}", overrides=[f"algorithm.start_threshold={t}"], members=d1_parts(d), metric=KA)
                for d in FIG10_SETS for t in T_GRID]
-FIG9_CELLS = [Cell(f"{d}_r{r}", parts=d1_parts(d), metric=f"global_accuracy@{r}") for d in FIG9_SETS
+FIG9_CELLS = [MeanCell(f"{d}_r{r}", members=d1_parts(d), metric=f"global_accuracy@{r}") for d in FIG9_SETS
               for r in range(1, ROUNDS + 1)]
 
 
@@ -329,8 +335,8 @@ TABLES.append(Table(
 # ---------------------------------------------------------------------------- App. F.6.1: Tables 61, 62
 SIZES = {4: 120, 8: 240, 16: 480, 32: 960, 100: 0}  # % of the Table 1 cells' 3,000 samples per client (0: all)
 T61_LEVELS = {"low": 1, "midlow": 3, "midhigh": 5, "high": 7}
-T61_CELLS = [Cell(f"s{pct}_{name}_{kind}", overrides=[f"partition.samples_per_client={n}"],
-                  parts=[Cell(s, table1("mnist", s, lv)) for s in shifts], metric=metric)
+T61_CELLS = [MeanCell(f"s{pct}_{name}_{kind}", overrides=[f"partition.samples_per_client={n}"],
+                  members=[Cell(s, table1("mnist", s, lv)) for s in shifts], metric=metric)
              for pct, n in SIZES.items() for kind, metric, shifts in KINDS for name, lv in T61_LEVELS.items()]
 T61_NOTES = {"smoke": "CI size: 30 samples per client (every size), 2 rounds of 1 epoch, the MLP",
              "reduced": "SGD lr 0.03 instead of 0.005; the sizes as the paper (120 / 240 / 480 / 960 samples per "
@@ -359,21 +365,3 @@ TABLES.append(Table(
     scales={"smoke": [*SMOKE, "partition.samples_per_client=15"],
             "reduced": ["federation.rounds=20", "federation.optimizer.lr=0.03"]},
     notes=T62_NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005, focus=["Flux"]))
-
-# -------------------------------------------------------------------------------------- App. D.3: Table 6
-DYNAMIC = ("needs the dynamic-drift generator (not built yet): D.3's dynamic setting, two distribution drifts during "
-           "training and one during testing, Flux re-clustering with warm starts")
-T6_METHODS = [*(m for m in METHODS if m.name not in ("Flux", GUARDED, "Flux-prior")),
-              Method("Flux-soft", ["algorithm.name=flux_soft"]), FLUX, BY[GUARDED]]
-T6_CELLS = [Cell("static", parts=[Cell(f"{s}_l{lv}", table1("mnist", s, lv)) for s in SHIFTS for lv in (2, 5, 8)],
-                 metric=KA), Cell("dynamic")]
-T6_NOTES = {"smoke": "CI size: 30 samples per client, 2 rounds of 1 epoch, the MLP",
-            "reduced": "the reduced Table 1 cells (500 samples per client, SGD lr 0.03; LeNet-5, 10 clients, 10 "
-                       "rounds, E = 2), levels 2, 5, 8 (D.3: three levels, not which). " + GUARD,
-            "paper": "the paper's setting (the Table 1 ready configs at levels 2, 5, 8; D.3: three levels, not "
-                     "which). " + GUARD}
-TABLES.append(Table(
-    "table6", "Flux App. D.3 / Table 6 (MNIST): Flux-soft beside Flux and the baselines, known association (mean over "
-    "the shifts at levels 2, 5, 8); the dynamic-drift setting", T6_CELLS, T6_METHODS, metric=KA,
-    undefined={"dynamic": DYNAMIC}, scales=SCALES, notes=T6_NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005,
-    focus=["Flux-soft", "Flux", GUARDED]))

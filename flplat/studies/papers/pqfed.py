@@ -27,18 +27,18 @@ printed.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
 from flplat.studies.papers import SMOKE
+from flplat.studies.papers import pqfed_figures as figs
+from flplat.studies.papers.pqfed_figures import RATES, emd_by_rate, mia_by_client
 from flplat.studies.reproduce import Cell, Method, Table, plot_cells
 
-RATES = [round(0.1 * i, 1) for i in range(11)]
 CONFIG = "configs/pqfed/mnist_lenient.yaml"
-FED16 = [f"partition.num_clients={1 + len(RATES)}", f"partition.pqfed_rates={RATES}"]
-FED2 = ["partition.num_clients=20", f"partition.pqfed_rates={[0.0] * 4 + [1.0] * 15}"]
+FED16 = [f"partition.num_clients={1 + len(RATES)}", f"partition.rates={RATES}"]
+FED2 = ["partition.num_clients=20", f"partition.rates={[0.0] * 4 + [1.0] * 15}"]
 INNER = {"FedAvg": ["algorithm.inner=fedavg", "algorithm.inner_params={}"],
          "FedProx": ["algorithm.inner=fedprox", "algorithm.inner_params={mu: 0.01}"],
          "FedDyn": ["algorithm.inner=feddyn", "algorithm.inner_params={}"]}
@@ -56,9 +56,9 @@ TABLE2_CELLS = [Cell("exp1", CONFIG, [*FED2, "algorithm.selection=none"]),
 TABLE5_CELLS = [Cell(f"exp{5 + j}", CONFIG, [*FED16, *_given(range(1, j + 1))]) for j in range(1, 12)]
 # smoke: the whole MNIST pool (the sources are drawn from it) and test set (it holds the 500-image public sample)
 SCALES = {"smoke": [*SMOKE, "data.max_train_samples=0", "data.max_test_samples=0",
-                    "partition.pqfed_samples_per_source=30", "partition.pqfed_target_test_per_source=30",
+                    "partition.samples_per_source=30", "partition.target_test_per_source=30",
                     "federation.eval_every=2"],
-          "reduced": ["partition.pqfed_samples_per_source=200", "partition.pqfed_target_test_per_source=200",
+          "reduced": ["partition.samples_per_source=200", "partition.target_test_per_source=200",
                       "federation.rounds=10", "federation.eval_every=10"]}
 NOTES = {"smoke": "CI size: 30 images per source, 2 rounds, the MLP",
          "reduced": "200 images per source instead of 400 (T trains on 600, tests on 600), 10 rounds instead of 20; "
@@ -127,38 +127,11 @@ def _fig3_cells(data: str = "mnist") -> list[Cell]:
             for g in GROUND_COSTS]
 
 
-@functools.lru_cache(maxsize=2)
-def _features(seed: int, scale: str, data: str = "mnist"):
-    """One repetition's federation (seed = repetition) projected on the public PCA: (clients' features, lo, hi)."""
-    from flplat.data.datasets import load_dataset
-    from flplat.data.partitions import build_federation
-    from flplat.experiment import load_config
-    from flplat.maths import pqfed as pm
-
-    rates = RATES[1:]
-    per_source = {"smoke": 60, "reduced": 400, "paper": 400}[scale]
-    cfg = load_config(None, [f"data.name={data}", "partition.name=pqfed", f"partition.num_clients={1 + len(rates)}",
-                             f"partition.pqfed_rates={rates}", "partition.train_fraction=1.0",
-                             "partition.test_fraction=0.0", f"partition.pqfed_samples_per_source={per_source}",
-                             "partition.pqfed_pca_components=50", "tracking.enabled=false"])
-    data = build_federation(load_dataset(cfg.data, 0), cfg.partition, seed)
-    pub = data.x_global_test[data.public_indices].numpy()
-    mean, comps = pm.fit_public_pca(pub, 50)
-    lo, hi = pm.feature_range(pm.project(pub, mean, comps))
-    feats = [pm.project(data.x[data.indices(k, "train")].numpy(), mean, comps) for k in range(data.num_clients)]
-    return feats, lo, hi
-
-
 def emd_curve(cell: Cell, seed: int, scale: str) -> dict[str, float]:
     """One repetition of Fig. 3: EMD of the clients at r = 0.1..1.0 to the target, for the cell's ε / ground cost
     (the noise drawn from a generator seeded by the repetition, so both ground costs see the same noisy data)."""
-    from flplat.maths import pqfed as pm
-
-    feats, lo, hi = _features(seed, scale, cell.params.get("data", "mnist"))
-    rng = np.random.default_rng([seed, 1])
-    noisy = [pm.laplace_ldp(f, cell.params["epsilon"], rng, lo, hi) for f in feats]
-    centers, hists = pm.kmeans_histograms(noisy, 15, seed=seed)
-    emd = pm.emd_to_target(hists, 0, centers, cell.params["ground_cost"])[1:]
+    emd = emd_by_rate(seed, scale, cell.params.get("data", "mnist"), cell.params["epsilon"],
+                      cell.params["ground_cost"])[1:]
     return {f"r={r:g}": float(v) for r, v in zip(RATES[1:], emd)}
 
 
@@ -192,14 +165,36 @@ MIA_EPSILONS = (0.1, 1.0, 10.0, 100.0, 1000.0, math.inf)
 
 def mia(cell: Cell, seed: int, scale: str) -> dict[str, float]:
     """§V-D / Fig. 4: the membership-inference attack on every client's clean PCA features at the cell's ε (50
-    trials of 200 members each, 5 and 40 at smoke), averaged over the clients."""
-    from flplat.maths import pqfed as pm
-
-    feats, _, _ = _features(seed, scale, cell.params.get("data", "mnist"))
-    rng = np.random.default_rng([seed, 2])
-    n, trials = (40, 5) if scale == "smoke" else (200, 50)
-    res = [pm.membership_inference(f, cell.params["epsilon"], rng, n=n, trials=trials) for f in feats]
+    trials of 200 members each, 5 and 40 at smoke), averaged over the clients (Fig. 6 gives each client's)."""
+    res = mia_by_client(seed, scale, cell.params.get("data", "mnist"), cell.params["epsilon"])
     return {k: float(np.mean([r[k] for r in res])) for k in ("power", "fpr", "advantage")}
+
+
+# Figs. 5 and 6 (flplat/studies/papers/pqfed_figures.py)
+FIG5_NOTES = {"smoke": "30 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
+              "paper": "the paper's sizes, 10 repetitions"}
+FIG6_NOTES = {"smoke": "30 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
+              "federation (seed 0), 50 trials of 200 members", "paper": "the paper's sizes, one federation (seed 0), "
+              "50 trials of 200 members"}
+
+
+def _fig5(data: str = "mnist", name: str = "MNIST") -> Table:
+    return Table(f"fig5{'' if data == 'mnist' else '_' + data}", f"PQFed Fig. 5 ({name}): EMD threshold bands at 30 "
+                 "and 60 % of the largest EMD, the clients at r = 0..1 with LDP (ε = 10) and without (ε = ∞): the "
+                 "largest r the strict / lenient selection keeps",
+                 [Cell(f"eps{e:g}", params={"epsilon": e, "data": data}) for e in (10.0, math.inf)],
+                 [Method(r) for r in figs.FIG5_ROWS], kind="analysis", analyze=figs.band_point, reference=None,
+                 seeds=list(range(10)), tie=0.05, figure=lambda ctx: figs.plot_bands(ctx, name), datasets=[data],
+                 notes=FIG5_NOTES)
+
+
+def _fig6(data: str = "mnist", name: str = "MNIST") -> Table:
+    return Table(f"fig6{'' if data == 'mnist' else '_' + data}", f"PQFed Fig. 6 ({name}): membership-inference "
+                 "power of each client against ε (their mean is Fig. 4's power)",
+                 [Cell(f"eps{e:g}", params={"epsilon": e, "data": data}) for e in MIA_EPSILONS],
+                 [Method(r) for r in figs.FIG6_ROWS], kind="analysis", analyze=figs.client_powers, reference=None,
+                 seeds=[0], figure=lambda ctx: figs.plot_client_powers(ctx, name), findings=figs.fig6_findings,
+                 datasets=[data], notes=FIG6_NOTES)
 
 
 TABLES = [
@@ -223,15 +218,17 @@ TABLES = [
     Table("fig3", "PQFed Fig. 3 (MNIST): EMD to the target against the dissimilarity rate r", _fig3_cells(),
           [Method(f"r={r:g}") for r in RATES[1:]], kind="analysis", analyze=emd_curve, reference=None,
           seeds=list(range(10)), figure=_fig3, datasets=["mnist"],
-          notes={"smoke": "60 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
+          notes={"smoke": "30 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
                  "paper": "the paper's sizes, 10 repetitions"}),
     Table("mia", "PQFed §V-D / Fig. 4 (MNIST): membership-inference power, false-positive rate and advantage "
           "against ε", [Cell(f"eps{e:g}", params={"epsilon": e}) for e in MIA_EPSILONS],
           [Method(q) for q in ("power", "fpr", "advantage")], kind="analysis", analyze=mia, reference=None,
           datasets=["mnist"], seeds=[0],
           figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (MNIST, scale {ctx.scale})", "rate", ctx.path),
-          notes={"smoke": "60 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
+          notes={"smoke": "30 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
                  "federation (seed 0)", "paper": "the paper's sizes, one federation (seed 0)"}),
+    _fig5(),
+    _fig6(),
 ]
 
 # ------------------------------------------------------------------ CIFAR-10 (Tables II, IV, VI, VII; §V-A, §VI-A)
@@ -245,7 +242,7 @@ def _on_cifar(cells: list[Cell], config: str) -> list[Cell]:
 
 
 CIFAR_SCALES = {"smoke": SCALES["smoke"],
-                "reduced": ["partition.pqfed_samples_per_source=200", "federation.rounds=10",
+                "reduced": ["partition.samples_per_source=200", "federation.rounds=10",
                             "federation.eval_every=10"]}
 CIFAR_NOTES = {"smoke": NOTES["smoke"],
                "reduced": "200 images per source instead of 400 (T tests on its 300 as the paper), 10 rounds instead "
@@ -274,15 +271,17 @@ TABLES += [
     Table("fig3_cifar10", "PQFed Fig. 3a (CIFAR-10): EMD to the target against the dissimilarity rate r",
           _fig3_cells("cifar10"), [Method(f"r={r:g}") for r in RATES[1:]], kind="analysis", analyze=emd_curve,
           reference=None, seeds=list(range(10)), figure=lambda ctx: _fig3(ctx, "CIFAR-10"), datasets=["cifar10"],
-          notes={"smoke": "60 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
+          notes={"smoke": "30 images per source, 1 repetition", "reduced": "the paper's sizes, 10 repetitions",
                  "paper": "the paper's sizes, 10 repetitions"}),
     Table("mia_cifar10", "PQFed §V-D / Fig. 4 (CIFAR-10): membership-inference power, false-positive rate and "
           "advantage against ε", [Cell(f"eps{e:g}", params={"epsilon": e, "data": "cifar10"}) for e in MIA_EPSILONS],
           [Method(q) for q in ("power", "fpr", "advantage")], kind="analysis", analyze=mia, reference=None,
           datasets=["cifar10"], seeds=[0],
           figure=lambda ctx: plot_cells(ctx.ours, f"PQFed MIA (CIFAR-10, scale {ctx.scale})", "rate", ctx.path),
-          notes={"smoke": "60 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
+          notes={"smoke": "30 images per source, 5 trials of 40 members", "reduced": "the paper's sizes, one "
                  "federation (seed 0)", "paper": "the paper's sizes, one federation (seed 0)"}),
+    _fig5("cifar10", "CIFAR-10"),
+    _fig6("cifar10", "CIFAR-10"),
     Table("table7", "PQFed Table VII (CIFAR-10): Algorithm 2, T's test accuracy after each stage (T with the i-th "
           "closest client) and of the model Algorithm 2 returns", _on_cifar(TABLE8_CELLS, CIFAR["incremental"]),
           [Method(n, o) for n, o in INNER.items()], metric="target_accuracy", tie=0.002, **CIFAR_TABLE8),

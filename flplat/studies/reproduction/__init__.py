@@ -10,6 +10,8 @@
   probe of a Ray cluster's ``--address`` before anything runs;
 * :mod:`.collect` -- what a table shows, collected from its runs (values, reasons, runs of other code, the rows
   whose every run was refused);
+* :mod:`.derived` -- derived tables: cells that are means over other tables' cells (the same runs), a seed with a
+  part missing said as incomplete;
 * :mod:`.jobs` -- ``--print-jobs``: the unfinished runs as self-contained shell commands or a SLURM job-array
   script;
 * :mod:`.render` -- the verdicts and the markdown table; :mod:`.figures` -- the bar and curve charts of the tables.

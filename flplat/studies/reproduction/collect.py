@@ -49,34 +49,32 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
     got.stale_ids = stale_runs(jobs, metrics, store)
     row_metric = {m.name: m.metric for m in t.methods}
     col_metric = {c.id: c.metric for c in t.cells}
+    per_seed = {c.id for c in t.cells if c.per_seed}
     records, runs = [], set()
-    parts: dict[tuple[str, str, int], list[tuple[str, float | None, str | None]]] = {}  # mean cells, per seed
-    stale_seeds: set[tuple[str, str, int]] = set()  # a mean cell's seed with a part of other code
+    members: dict[tuple[str, str, int], list[tuple[str, float | None, str | None]]] = {}  # per-seed pooled cells
+    stale_seeds: set[tuple[str, str, int]] = set()  # such a cell's seed with a member of other code
     for j in jobs:
         run_id, m = metrics.get(j.key, (None, {}))
         where, metric = (j.cell, j.method), row_metric[j.method] or col_metric[j.cell] or t.metric
         v = store.value(run_id, m, metric) if run_id else None
         why = (store.no_value(run_id, metric) if v is None else None) if run_id else reasons.get(j.key)
+        seed_mean = bool(j.member) and j.cell in per_seed
         if run_id:
             runs.add(run_id)
             got.run_ids.setdefault(where, []).append(run_id)
-            if run_id in got.stale_ids and j.part:
+            if run_id in got.stale_ids and seed_mean:
                 stale_seeds.add((*where, j.seed))
             elif run_id in got.stale_ids and v is not None:
                 got.stale[where] = got.stale.get(where, 0) + 1
-            code = store.codes.get(run_id)
-            records.append({"table": t.id, "cell": j.cell, **({"part": j.part} if j.part else {}),
-                            "method": j.method, "seed": j.seed, "run_id": run_id, "config_key": j.key, "value": v,
-                            "metrics": m, "code": code.to_dict() if code else None,
-                            "stale": got.stale_ids.get(run_id)})
-        if j.part:
-            parts.setdefault((*where, j.seed), []).append((j.part, v, why))
+            records.append(run_record(j, run_id, v, m, store, got.stale_ids))
+        if seed_mean:
+            members.setdefault((*where, j.seed), []).append((j.member, v, why))
         elif v is not None:
             got.ours.setdefault(where, []).append(v)
         elif why:  # skipped, failed, or finished without the value (e.g. clustering never started): say why
             got.skips.setdefault(where, []).append((j.seed, why))
-    for (cell, method, seed), got_parts in parts.items():
-        value, why = mean_of_parts(got_parts)
+    for (cell, method, seed), got_members in members.items():
+        value, why = mean_of_members(got_members)
         if value is not None:
             got.ours.setdefault((cell, method), []).append(value)
             got.stale[(cell, method)] = got.stale.get((cell, method), 0) + ((cell, method, seed) in stale_seeds)
@@ -85,27 +83,44 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
     got.n_runs = len(runs)
     got.refused = refused_rows(t, jobs, metrics, reasons)
     if out_dir:  # the raw per-run records behind the table
-        import json
-
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        with open(Path(out_dir) / f"{stem}_runs.jsonl", "w") as fh:
-            fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+        write_records(out_dir, stem, records)
     return got
 
 
-def mean_of_parts(parts: Sequence[tuple[str, float | None, str | None]]) -> tuple[float | None, str | None]:
-    """A mean cell's value for one seed from its parts' ``(part, value, why it has none)``: the mean when every
-    part has a value; else None and the reason of the first part without one, prefixed with the part (its kind's
-    prefix, e.g. "failed: ", kept first so that the table names it), or None when that part was simply not run."""
-    missing = [(p, why) for p, v, why in parts if v is None]
+def mean_of_members(members: Sequence[tuple[str, float | None, str | None]]) -> tuple[float | None, str | None]:
+    """A per-seed pooled cell's value for one seed (``Cell.per_seed``) from its members' ``(member, value, why it
+    has none)``: the mean when every member has a value; else None and the reason of the first member without one,
+    prefixed with the member (its kind's prefix, e.g. "failed: ", kept first so that the table names it), or None
+    when that member was simply not run."""
+    missing = [(p, why) for p, v, why in members if v is None]
     if not missing:
-        return statistics.fmean(v for _, v, _ in parts), None
-    part, why = missing[0]
+        return statistics.fmean(v for _, v, _ in members), None
+    member, why = missing[0]
     if why is None:
         return None, None
     prefix = next((p for p in (FAILED, NO_CLUSTERS, NO_VALUE) if why.startswith(p)), "")
-    more = f" ({len(missing) - 1} more part(s) without a value)" if len(missing) > 1 else ""
-    return None, f"{prefix}part {part}: {why[len(prefix):]}{more}"
+    more = f" ({len(missing) - 1} more member(s) without a value)" if len(missing) > 1 else ""
+    return None, f"{prefix}member {member}: {why[len(prefix):]}{more}"
+
+
+def run_record(j: Job, run_id: str, value: float | None, metrics: dict[str, float], store: Store,
+               stale_ids: dict[str, str]) -> dict:
+    """The raw record of one job's run (a line of ``<stem>_runs.jsonl``): its table, cell (and member, in a pooled
+    cell), method and seed, the run, its config hash, the value the table read and every metric, the code that made
+    it and whether it is another code than its job's now."""
+    code = store.codes.get(run_id)
+    return {"table": j.table, "cell": j.cell, **({"member": j.member} if j.member else {}), "method": j.method,
+            "seed": j.seed, "run_id": run_id, "config_key": j.key, "value": value, "metrics": metrics,
+            "code": code.to_dict() if code else None, "stale": stale_ids.get(run_id)}
+
+
+def write_records(out_dir: str, stem: str, records: list[dict]) -> None:
+    """``records`` as JSON lines in ``<out_dir>/<stem>_runs.jsonl``."""
+    import json
+
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(out_dir) / f"{stem}_runs.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
 
 
 def refused_rows(t: Table, jobs: list[Job], metrics: dict, reasons: dict[str, str]) -> list[str]:

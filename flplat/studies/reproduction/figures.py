@@ -65,3 +65,40 @@ def plot_curves(ctx: FigureContext, metric: str, title: str, ylabel: str) -> Non
     fig.tight_layout()
     fig.savefig(ctx.path, dpi=110)
     plt.close(fig)
+
+
+def plot_series(ctx: FigureContext, panels: dict[str, list[tuple[float, str]]], title: str, ylabel: str,
+                xlabel: str, scale_factor: float = 1.0) -> None:
+    """One panel per entry of ``panels`` (panel title -> [(x, cell id)]): per method, our mean ± std over the seeds
+    at each x (× ``scale_factor``, the paper's unit) as a solid line, and the paper's numbers (``ctx.paper``) as a
+    dashed line of the same colour. Only the methods with values of ours are drawn; nothing is written without any."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(dict.fromkeys(m for _, m in ctx.ours))
+    if not methods:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
+    colours = plt.get_cmap("tab20").colors
+    for ax, (name, points) in zip(axes.flat, panels.items()):
+        for i, m in enumerate(methods):
+            colour = colours[(2 * i) % 20 + (2 * i) // 20 % 2]  # the dark shades first, then the light ones
+            ours = [(x, [v * scale_factor for v in ctx.ours.get((c, m), [])]) for x, c in points]
+            ours = [(x, v) for x, v in ours if v]
+            if ours:
+                ax.errorbar([x for x, _ in ours], [statistics.fmean(v) for _, v in ours],
+                            yerr=[statistics.pstdev(v) if len(v) > 1 else 0.0 for _, v in ours], label=m,
+                            color=colour, marker="o", ms=3, lw=1.2, capsize=2)
+            paper = [(x, ctx.paper[(c, m)]) for x, c in points if (c, m) in ctx.paper]
+            if paper:
+                ax.plot([x for x, _ in paper], [v for _, v in paper], color=colour, ls="--",
+                        lw=0.9, label=f"{m} (paper)")
+        ax.set(title=name, xlabel=xlabel, ylabel=ylabel)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=6, ncol=2)
+    fig.suptitle(f"{title} (scale {ctx.scale}; dashed: the paper)")
+    fig.tight_layout()
+    fig.savefig(ctx.path, dpi=110)
+    plt.close(fig)

@@ -47,15 +47,18 @@ class Cell:
     metric: str | None = None  # this column's run metric when it is not the table's; ``NAME@STEP``: the value of the
     #                            metric NAME logged at step STEP (a series, e.g. CAFA's windowed accuracy)
     note: str | None = None  # what this cell sets beyond its ready config and why, stated in the table's header
-    # a mean cell: its value for a seed is the mean of its parts' values (each part a config + overrides run per
-    # method and seed, after this cell's overrides; e.g. a paper's mean over shift types); a seed where a part has
-    # no value has none, with that part's reason
-    parts: list[Cell] = field(default_factory=list)
+    # a pooled cell (a paper's mean over shifts and levels, e.g. Flux Tables 8, 51 and 63): one run per member (each a
+    # Cell: its config, else this cell's; this cell's overrides, then its own) and seed, the cell's value over all of
+    # them; with ``per_seed`` the value of a seed is the mean of its members' values (the std is over the seeds, as a
+    # paper's mean over shifts ± its std over seeds), and a seed where a member has no value has none, with that
+    # member's reason, never a mean of the members that are there
+    members: list[Cell] = field(default_factory=list)
+    scales: tuple[str, ...] = ()  # a member: the scales it runs at (empty: every scale), e.g. fewer levels at reduced
+    per_seed: bool = False
 
-    def configs(self) -> list[str]:
-        """The ready configs this cell runs (its own, or its parts')."""
-        return [p for p in (c.config or self.config for c in self.parts) if p] if self.parts else \
-            ([self.config] if self.config else [])
+    def parts(self, scale: str) -> list[Cell]:
+        """What runs for this cell at ``scale``: its members there, or the cell itself when it pools nothing."""
+        return [m for m in self.members if not m.scales or scale in m.scales] if self.members else [self]
 
 
 @dataclass
@@ -67,6 +70,9 @@ class FigureContext:
     path: str
     client: Any = None  # an MlflowClient on the store
     runs: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (cell, method) -> run ids
+    seeds: list[int] = field(default_factory=list)  # the seeds the table ran (an analysis figure draws the first)
+    jobs: list[Job] = field(default_factory=list)  # a train table's runs as planned (their configs: --set included)
+    paper: dict[tuple[str, str], float] = field(default_factory=dict)  # (cell, method) -> the paper's mean
 
     def history(self, run_id: str, metric: str) -> list[tuple[int, float]]:
         return sorted((m.step, m.value) for m in self.client.get_metric_history(run_id, metric))
@@ -81,7 +87,7 @@ class Table:
     cells: list[Cell]
     methods: list[Method]
     metric: str = "global_accuracy"  # a run metric (train tables)
-    kind: str = "train"  # train | analysis
+    kind: str = "train"  # train | analysis | derived (means over other tables' cells: ``parts``)
     reference: str | None = "FedAvg"  # the method every claim is measured against (None: no claim part)
     higher_is_better: bool = True
     scale_factor: float = 1.0  # ours × scale_factor is in the paper's unit (100 for percent)
@@ -102,14 +108,27 @@ class Table:
     # the datasets where the cells' ready configs do not say them (analysis tables, cells waiting with a reason):
     # ``flplat reproduce --list`` shows them beside the configs' data.name
     datasets: list[str] = field(default_factory=list)
+    # a derived table (kind "derived", :mod:`flplat.studies.reproduction.derived`): per cell, the (train table, cell)
+    # pairs whose values it averages, per seed and method (the same runs: nothing of its own is trained)
+    parts: dict[str, list[tuple[Table, str]]] = field(default_factory=dict)
+    # per scale, parts that replace ``parts`` there (e.g. fewer components at smoke; the scale's note says so)
+    scale_parts: dict[str, dict[str, list[tuple[Table, str]]]] = field(default_factory=dict)
 
     def data_names(self) -> list[str]:
-        """The datasets this table runs: its ``datasets`` and the ``data.name`` of every ready config it names."""
+        """The datasets this table runs: its ``datasets``, the ``data.name`` of every ready config it names and, for a
+        derived table, its component tables' datasets."""
         names = list(self.datasets)
-        for path in dict.fromkeys([*(p for c in self.cells for p in c.configs()), *(m.config for m in self.methods)]):
+        configs = [*(c.config for c in self.cells), *(p.config for c in self.cells for p in c.members)]
+        for path in dict.fromkeys([*configs, *(m.config for m in self.methods)]):
             if path:
                 names.append(_config_data_name(path))
+        for tbl in {tbl.id: tbl for part in self.parts.values() for tbl, _ in part}.values():
+            names += tbl.data_names()
         return list(dict.fromkeys(names))
+
+    def parts_at(self, scale: str) -> dict[str, list[tuple[Table, str]]]:
+        """A derived table's parts at ``scale``: ``scale_parts[scale]`` where given, else ``parts``."""
+        return self.scale_parts.get(scale, self.parts)
 
     def all_seeds(self, method: str) -> bool:
         """Whether ``method`` runs every seed under ``--baseline-seeds`` (the reference and the focus methods)."""
@@ -191,7 +210,7 @@ def paper_module(paper: str):
 
 def paper_tables(paper: str) -> list[Table]:
     """The paper's tables: its module's ``TABLES``, then those of the further modules
-    :data:`flplat.studies.papers.MORE_MODULES` lists for it (e.g. Flux's sweeps)."""
+    :data:`flplat.studies.papers.MORE_MODULES` lists for it (e.g. Flux's mixed shifts and drift, its sweeps)."""
     from flplat.studies.papers import MORE_MODULES
 
     mods = [paper_module(paper), *(importlib.import_module(f"flplat.studies.papers.{m}")
@@ -209,11 +228,11 @@ class Job:
     overrides: list[str]
     key: str  # hash of the resolved config
     code: CodeIdentity | None = None  # the code that would make its run now (flplat.tracking.provenance)
-    part: str = ""  # the part of a mean cell (Cell.parts) this run is, "" for a plain cell
+    member: str = ""  # the member of a pooled cell (Cell.members) this run is, "" for a plain cell
 
     @property
     def label(self) -> str:
-        return f"{self.table} {self.cell}{'/' + self.part if self.part else ''} {self.method} s{self.seed}"
+        return f"{self.table} {self.cell}{'/' + self.member if self.member else ''} {self.method} s{self.seed}"
 
 
 def select(items, names: Sequence[str] | None, what: str, attr: str):
@@ -271,7 +290,8 @@ def resolve_scale(table: Table, scale: str) -> tuple[list[str], str]:
 def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, cells, extra: Sequence[str],
          experiment: str, store_dir: str, baseline_seeds: int | None = None) -> list[Job]:
     """Every job of a train table, each config validated before anything runs (bad input: ConfigError). With
-    ``baseline_seeds`` = n, methods other than the reference and the table's focus run only the first n seeds."""
+    ``baseline_seeds`` = n, methods other than the reference and the table's focus run only the first n seeds. A
+    pooled cell (``Cell.members``) has one job per member at ``scale``, method and seed, all under the cell's id."""
     from flplat.experiment import load_config
 
     over_scale, _ = resolve_scale(table, scale)
@@ -279,16 +299,15 @@ def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, ce
     for c in select(table.cells, cells, "cells", "id"):
         if c.id in table.undefined:
             continue
-        for m in select(table.methods, methods, "methods", "name"):
+        for p, m in ((p, m) for p in c.parts(scale) for m in select(table.methods, methods, "methods", "name")):
             for s in (seeds if baseline_seeds is None or table.all_seeds(m.name) else seeds[:baseline_seeds]):
-                for p in c.parts or [c]:
-                    part = p.id if c.parts else ""
-                    name = f"{table.id}/{c.id}{'/' + part if part else ''}/{m.name}/s{s}"
-                    over = [*c.overrides, *(p.overrides if part else []), *(_fill(o, c.params) for o in m.overrides),
-                            *over_scale, *extra, f"seed={s}", f"tracking.experiment={experiment}",
-                            f"tracking.store_dir={store_dir}", f"tracking.run_name={name}"]
-                    conf = m.config or p.config or c.config
-                    path = str(REPO / conf) if conf else None
-                    cfg = load_config(path, over)
-                    jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg), code_identity(cfg), part))
+                name = f"{c.id}/{p.id}" if p is not c else c.id
+                over = [*c.overrides, *(p.overrides if p is not c else []), *(_fill(o, c.params) for o in m.overrides),
+                        *over_scale, *extra, f"seed={s}", f"tracking.experiment={experiment}",
+                        f"tracking.store_dir={store_dir}", f"tracking.run_name={table.id}/{name}/{m.name}/s{s}"]
+                config = m.config or p.config or c.config
+                path = str(REPO / config) if config else None
+                cfg = load_config(path, over)
+                jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg), code_identity(cfg),
+                                p.id if p is not c else ""))
     return jobs

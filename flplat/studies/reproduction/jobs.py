@@ -38,6 +38,7 @@ from pathlib import Path
 
 from flplat.engine.launch import fabric_processes
 from flplat.errors import ConfigError
+from flplat.studies.reproduction.derived import derived_plan
 from flplat.studies.reproduction.execute import unfinished
 from flplat.studies.reproduction.grid import paper_tables, parse_added_method, per_table, plan, select, with_added
 from flplat.studies.reproduction.store import Store
@@ -144,10 +145,10 @@ def _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, ove
     a run two tables share once); the checks come before the tables' parent runs are marked SCHEDULED."""
     from flplat.experiment import load_config
 
-    chosen = [t for t in select(paper_tables(paper), list(tables), "tables", "id") if t.kind == "train"]
+    chosen = [t for t in select(paper_tables(paper), list(tables), "tables", "id") if t.kind in ("train", "derived")]
     extra = {m.name: spec for spec in added for m in [parse_added_method(spec)]}  # --add-method: label -> spec
     if extra:
-        chosen = [with_added(t, [parse_added_method(a) for a in added]) for t in chosen]
+        chosen = [with_added(t, [parse_added_method(a) for a in added]) if t.kind == "train" else t for t in chosen]
         if methods:
             methods = [*methods, *(name for name in extra if name not in methods)]
     experiment = f"reproduce-{paper}"
@@ -157,17 +158,17 @@ def _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, ove
     runs, seen = [], set()
     for t in chosen:
         sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
-        jobs = plan(paper, t, scale, sd, *sel[t.id], overrides, experiment, store_dir, baseline_seeds)
+        # a derived table's runs are its parts' (each job keeps its component table: its command runs that table)
+        planner = plan if t.kind == "train" else derived_plan
+        jobs = planner(paper, t, scale, sd, *sel[t.id], overrides, experiment, store_dir, baseline_seeds)
         for j in unfinished(paper, jobs, store, rerun_stale)[0]:
-            # the parts of a mean cell run under one command (its --cells names the cell: it runs every part)
-            whole = (t.id, j.cell, j.method, j.seed) if j.part else None
-            if j.key not in seen and whole not in seen:
-                seen.update({j.key, whole} - {None})
-                runs.append((t.id, j, load_config(j.config, list(j.overrides)), extra.get(j.method),
+            if j.key not in seen:
+                seen.add(j.key)
+                runs.append((j.table, j, load_config(j.config, list(j.overrides)), extra.get(j.method),
                              j.key in store.replaced))
     cpus_gpus = resources([(j.label, cfg) for _, j, cfg, *_ in runs])
-    for t in chosen:
-        store.client.set_terminated(store.parent(paper, t.id, scale), "SCHEDULED")
+    for tid in dict.fromkeys([*(t.id for t in chosen if t.kind == "train"), *(t for t, *_ in runs)]):
+        store.client.set_terminated(store.parent(paper, tid, scale), "SCHEDULED")
     return runs, cpus_gpus
 
 
@@ -188,8 +189,9 @@ def job_commands(paper: str, tables: Sequence[str] = (), scale: str = "reduced",
         runs, (cpus, gpus) = _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, overrides,
                                               baseline_seeds, added, rerun_stale)
         pin = pinned([m for _, _, cfg, *_ in runs for m in (cfg.get("plugins") or [])])
-    lines = [shlex.join(_words(pin, paper, t, scale, j, cfg, spec, store_dir, overrides, stale))
-             for t, j, cfg, spec, stale in runs]
+    lines = list(dict.fromkeys(  # the members of a pooled cell share one command (it runs them all)
+        shlex.join(_words(pin, paper, t, scale, j, cfg, spec, store_dir, overrides, stale))
+        for t, j, cfg, spec, stale in runs))
     if form == "lines":
         return "\n".join(f"cd {shlex.quote(pin.cwd)} && {shlex.join(pin.prefix())} {x}" for x in lines)
     grid = command or f"flplat reproduce {paper} {' '.join(tables)} --scale {scale}".replace("  ", " ")

@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from flplat.studies.reproduction.grid import Table, select
-from flplat.studies.reproduction.store import FAILED, NO_CLUSTERS, NO_VALUE
+from flplat.studies.reproduction.store import FAILED, INCOMPLETE, NO_CLUSTERS, NO_VALUE
 from flplat.studies.reproduction.values import paper_value
 
 # why a seed of a row has no value, by the prefix of its reason: the word the row and its note use
-KINDS = ((FAILED, "failed"), (NO_CLUSTERS, NO_CLUSTERS[:-2]), (NO_VALUE, NO_VALUE[:-2]), ("", "skipped"))
+KINDS = ((FAILED, "failed"), (NO_CLUSTERS, NO_CLUSTERS[:-2]), (NO_VALUE, NO_VALUE[:-2]), (INCOMPLETE, "incomplete"),
+         ("", "skipped"))
 
 
 def _sign(x: float, tie: float) -> int:
@@ -76,7 +77,7 @@ def added_verdict(ours: Sequence[float], ours_ref: Sequence[float] | None, *, ti
 def skip_note(skips: Sequence[tuple[int, str]]) -> str:
     """One note's text: the seeds skipped with their reason (seeds that share a reason together)."""
     by_reason: dict[str, list[int]] = {}
-    for seed, reason in sorted(skips):
+    for seed, reason in sorted(set(skips)):  # a pooled cell's members share their seeds: each seed once
         by_reason.setdefault(" ".join(reason.split()).replace("|", "\\|"), []).append(seed)
     return "; ".join(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {reason}"
                      for reason, seeds in by_reason.items())
@@ -159,7 +160,9 @@ def render_table(table: Table, paper_vals: dict[str, Any], ours: dict[tuple[str,
                                                           "outside spread")}
     if notes:
         lines += ["", "Runs without a value (skipped: no run exists; failed: the run ended with an error; finished: "
-                      "the run finished without logging the value), the reason per seed:", ""]
+                      "the run finished without logging the value" +
+                  ("; incomplete: some parts of the mean have no value" if table.kind == "derived" else "") +
+                  "), the reason per seed:", ""]
         lines += [f"{n}. {text}" for text, n in notes.items()]
     lines += ["", f"Claims: {count['claim holds']} hold, {count['claim fails']} fail. Values: {count['within spread']} "
                   f"within the paper's spread, {count['outside spread']} outside."]
@@ -187,10 +190,13 @@ def describe_metric(metric: str) -> str:
     return f"{name} at the end of the run (its last logged value)"
 
 
-def value_note(table: Table, cells: Sequence[str] | None = None, methods: Sequence[str] | None = None) -> str:
+def value_note(table: Table, cells: Sequence[str] | None = None, methods: Sequence[str] | None = None,
+               scale: str = "reduced") -> str:
     """The sentence of a table's header that says which number each cell holds, from the table's definition: its
     ``metric``, a cell's or a row's own (a row's wins, as for the runs), the unit (``scale_factor``) and the
-    statistic over the seeds."""
+    statistic over the seeds; for a derived table, the parts of each cell at ``scale`` (:func:`derived_note`)."""
+    if table.kind == "derived":
+        return derived_note(table, cells, scale)
     if table.kind == "analysis":
         return ("Each value is the row's number from the cell's analysis (no training). Ours is the mean ± std over "
                 "the seeds (population std), their number in brackets.")
@@ -214,16 +220,50 @@ def value_note(table: Table, cells: Sequence[str] | None = None, methods: Sequen
     text = f"Each value is {parts[0]}" if len(parts) == 1 else "Each value is, per cell, " + "; ".join(parts)
     if rows:
         text += "; per row, " + "; ".join(f"{name}: {describe_metric(metric)}" for name, metric in rows.items())
-    means: dict[str, list[str]] = {}  # the parts of the mean cells -> those cells
+    means: dict[str, list[str]] = {}  # the members of the per-seed pooled cells -> those cells
     for c in cs:
-        if c.parts:
-            means.setdefault(", ".join(p.id for p in c.parts), []).append(c.id)
+        if c.members and c.per_seed:
+            means.setdefault(", ".join(p.id for p in c.parts(scale)), []).append(c.id)
     if means:
-        text += ("; a mean cell holds, per seed, the mean of that value over its parts' runs (" +
-                 "; ".join(f"{', '.join(cids)}: {parts}" for parts, cids in means.items()) + ")")
+        text += ("; a pooled cell holds, per seed, the mean of that value over its members' runs (" +
+                 "; ".join(f"{', '.join(cids)}: {ids}" for ids, cids in means.items()) + ")")
     unit = {1.0: "", 100.0: "; in percent (× 100)"}.get(table.scale_factor, f"; × {table.scale_factor:g}")
-    return (f"{text}{unit}. Ours is the mean ± std over the seeds (population std) of the runs with a value, their "
+    pooled = any(c.members and not c.per_seed for c in cs)
+    over = "the seeds" if not pooled else "the seeds and, in a pooled cell, its members"
+    return (f"{text}{unit}. Ours is the mean ± std over {over} (population std) of the runs with a value, their "
             "number in brackets.")
+
+
+def derived_note(table: Table, cells: Sequence[str] | None = None, scale: str = "reduced") -> str:
+    """What a derived table's cell holds: per seed, the mean of its parts (listed per cell: a component table's
+    cells, or "every cell" / "every cell with a value" when the part is all of them), each read with its table's
+    metric; then the statistic over the seeds and what a seed with a part missing shows."""
+    parts = table.parts_at(scale)
+    tables: dict[str, Table] = {}
+    described = []
+    for c in select(table.cells, cells, "cells", "id"):
+        by_table: dict[str, list[str]] = {}
+        for tbl, cid in parts.get(c.id, []):
+            tables[tbl.id] = tbl
+            by_table.setdefault(tbl.id, []).append(cid)
+        described.append(f"{c.id}: " + "; ".join(f"{tid} {_cells_text(tables[tid], cids)}"
+                                                 for tid, cids in by_table.items()))
+    metrics = "; ".join(f"{tid}: {describe_metric(tbl.metric)}" for tid, tbl in tables.items())
+    unit = {1.0: "", 100.0: "; in percent (× 100)"}.get(table.scale_factor, f"; × {table.scale_factor:g}")
+    return (f"Each value is, per seed, the mean of the cell's parts (cells of other tables, the same runs: "
+            f"{' | '.join(described)}), each part read as its table reads it ({metrics}){unit}. Ours is the mean ± "
+            "std over the seeds (population std) of these per-seed means, their number in brackets; a seed where "
+            "some part has no value has no mean (incomplete: its note names the missing parts).")
+
+
+def _cells_text(tbl: Table, cids: list[str]) -> str:
+    """A part's cells of ``tbl`` in words: every cell, every cell with a value (the rest undefined), or the list."""
+    defined = [c.id for c in tbl.cells if c.id not in tbl.undefined]
+    if cids == [c.id for c in tbl.cells]:
+        return f"(every cell, {len(cids)})"
+    if cids == defined:
+        return f"(every cell with a value, {len(cids)} of {len(tbl.cells)})"
+    return ", ".join(cids)
 
 
 def table_header(t: Table, values: dict, scale: str, note: str, sd: Sequence[int], cells, methods,
@@ -245,6 +285,6 @@ def table_header(t: Table, values: dict, scale: str, note: str, sd: Sequence[int
             (f" The paper's dataset differs ({'; '.join(subs)}): only its claim is judged." if subs else "") +
             (f" Per cell: {'; '.join(cell_notes)}." if cell_notes else "") +
             (f" Added methods (not in the paper, no paper value): {'; '.join(added)}." if added else "") +
-            f" {value_note(t, cells, methods)}" +
+            f" {value_note(t, cells, methods, scale)}" +
             (f" Code: {n_stale} of {n_runs} runs come from other code than this command's (their cells say how "
              "many; `--rerun-stale` trains them again)." if n_stale else ""))

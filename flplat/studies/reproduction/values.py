@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+import yaml
 
 from flplat.errors import ConfigError
 from flplat.studies.reproduction.grid import REPO, paper_tables
@@ -24,7 +24,10 @@ def load_paper_values(paper: str, root: Path | None = None) -> dict[str, Any]:
     path = (root or VALUES_DIR) / f"{paper}.yaml"
     if not path.is_file():
         raise ConfigError(f"no paper values file {path}")
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    # plain YAML (no interpolation): OmegaConf refuses a document of more than 10,000 nodes, and Flux's, with every
+    # cell of App. F.1's 40 tables, has more
+    with open(path) as fh:
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}  # libyaml's where built
 
 
 def paper_value(values: dict[str, Any], table: str, cell: str, method: str) -> tuple[float | None, float | None, str]:
