@@ -73,13 +73,31 @@ def test_a_pooled_cell_plans_one_run_per_member_with_the_cells_and_the_members_o
     assert [j.member for j in jobs] == ["feature", "label", "concept_xy"]  # P(Y|X) has no test phase
     j = jobs[1]
     assert j.cell == "eps0.1_test" and j.label == "table5 eps0.1_test/label Flux s0"
-    assert {"algorithm.dp_epsilon=0.1", "partition.num_clients=5", "partition.shift_type=label",
-            "partition.shift_level=7"} <= set(j.overrides)
+    assert {"algorithm.dp_epsilon=0.1", "partition.num_clients=5", "partition.type=label",
+            "partition.level=7"} <= set(j.overrides)
     assert "tracking.run_name=table5/eps0.1_test/label/Flux/s0" in j.overrides
     # the no-DP cell is Table 51's K = 5 (dp_epsilon=0 is the default): the same runs
     no_dp = rp.plan("flux", t, "smoke", [0], None, ["no_dp_known"], [], "e", "/tmp/unused")
     k5 = rp.plan("flux", _table("clients"), "smoke", [0], ["Flux"], ["k5_known"], [], "e", "/tmp/unused")
     assert [j.key for j in no_dp] == [j.key for j in k5]
+
+
+def test_sweep_items_spell_the_current_partition_keys(monkeypatch):
+    """Every sweep item's runs (their cells', members' and methods' overrides, configs/flux/clients.yaml) use the
+    partition keys as they are spelled now: planning them raises no deprecation notice of an old flat key."""
+    import warnings
+
+    from flplat.data import legacy
+
+    monkeypatch.setattr(legacy, "_WARNED", set())
+    ids = {"clients", "clients_k5", "clients_time", "fig5", "table8", "table60", "table5", "fig8", "fig9", "fig10",
+           "fig11", "table61", "table62"}
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for t in (t for t in rp.paper_tables("flux") if t.id in ids):
+            first = next(c.id for c in t.cells if c.id not in t.undefined)
+            assert rp.plan("flux", t, "smoke", [0], None, [first], [], "e", "/tmp/unused")
+    assert [str(w.message) for w in got if issubclass(w.category, DeprecationWarning)] == []
 
 
 def test_tables_that_share_cells_share_their_runs():

@@ -143,8 +143,8 @@ data:
   name: mnist
 partition:
   name: shift
-  shift_type: feature
-  shift_level: 3
+  type: feature
+  level: 3
   num_clients: 5
   num_unseen_clients: 5
   samples_per_client: 0

@@ -66,7 +66,7 @@ def table1(d: str, s: str, lv: int) -> str:
 
 
 def f2_shift(s: str) -> Cell:
-    return Cell(s, overrides=[f"partition.shift_type={s}", f"partition.shift_level={F2_LEVELS[s]}"])
+    return Cell(s, overrides=[f"partition.type={s}", f"partition.level={F2_LEVELS[s]}"])
 
 
 def k_clients(k: int, copies: int) -> list[str]:
