@@ -66,7 +66,7 @@ def _run_values(ctx: FigureContext, ids: list[str], metric: str) -> list[float]:
 
 
 def fig5(ctx: FigureContext, ks: dict[str, int]) -> None:
-    """Fig. 5: known association, test phase (our means over seeds of the table's mean cells, ``<k>_known`` /
+    """Fig. 5: known association, test phase (our means over seeds of the table's pooled cells, ``<k>_known`` /
     ``<k>_test``) and the time of a run (the sum of its ``round_time_s``; mean over the K's runs, log2 axis as the
     paper's Table 51) against the number of clients K; ``ks``: cell prefix -> K."""
     plt = _pyplot()
@@ -100,7 +100,7 @@ def fig5(ctx: FigureContext, ks: dict[str, int]) -> None:
 def sweep(ctx: FigureContext, parse: Callable[[str], tuple[str, float] | None], metric: str, xlabel: str,
           title: str, xlog: bool = False) -> None:
     """Figs. 8 and 10: one panel per dataset, the swept value on x (``parse``: cell id -> (panel, x) or None), the
-    mean ± standard error over the runs of each point (every shift and seed of a mean cell) of their final
+    mean ± standard error over the runs of each point (every member and seed of a pooled cell) of their final
     ``metric``, one line per row."""
     plt = _pyplot()
     points: dict[str, dict[str, list[tuple[float, float, float]]]] = {}

@@ -6,8 +6,8 @@
   {0, 90, 180, 270} = level 3, P(Y) 4 classes = 7, P(Y|X) swap pool 5 = 5, P(X|Y) 6 classes rotated = 6); one
   config, configs/flux/clients.yaml, with K, the copies and the shift as overrides. Table 51 is the mean of Tables
   52-55 (checked on the paper's numbers): known association over the four shifts, the test phase over the three that
-  have one, so its cells are *mean cells* (``Cell.parts``) of the same runs. Table 51's Time is log2 of the seconds a
-  run of 10 rounds took on the authors' GPUs (their plotting script, plots/plot_2_n_clients.py of
+  have one, so its cells are pooled cells averaged per seed (:func:`MeanCell`) of the same runs. Table 51's Time is
+  log2 of the seconds a run of 10 rounds took on the authors' GPUs (their plotting script, plots/plot_2_n_clients.py of
   github.com/dariofenoglio98/FLUX, holds the seconds and takes log2); ours is the sum of the run's ``round_time_s``
   on this machine, so the paper's times are given as text and its claims about them are judged as findings.
 * ``table8`` (App. E.3): Flux, HACCS, FedAvg and FedDrift per shift on MNIST, FMNIST and CIFAR-10, each the mean
