@@ -9,8 +9,8 @@ from torch import nn
 
 from flplat.algorithms.base import ClientResult, EvalResult, FederationInfo
 from flplat.algorithms.cafa import CAFA
-from flplat.config import PartitionConfig
 from flplat.data.partitions import cafa_iid_flags, partition
+from flplat.data.registry import partition_config
 from flplat.engine.state import ParamLayout
 from flplat.errors import ConfigError
 from flplat.experiment import run
@@ -77,7 +77,7 @@ def _labels(n_per_class=400, classes=10, seed=0):
 
 def test_cafa_partition_iid_and_class_bounds():
     labels = _labels()
-    cfg = PartitionConfig(name="cafa", num_clients=20, iid_fraction=0.25)
+    cfg = partition_config(name="cafa", num_clients=20, iid_fraction=0.25)
     parts = partition(labels, cfg, np.random.default_rng(0))
     flags = cafa_iid_flags(20, 0.25)
     assert flags.sum() == 5 and flags[:5].all()
@@ -97,11 +97,11 @@ def test_cafa_partition_iid_and_class_bounds():
 
 
 def test_cafa_partition_equal_sizes_and_bad_bounds():
-    cfg = PartitionConfig(name="cafa", num_clients=10, size_min=1.0, size_max=1.0, iid_fraction=1.0)
+    cfg = partition_config(name="cafa", num_clients=10, size_min=1.0, size_max=1.0, iid_fraction=1.0)
     sizes = [len(p) for p in partition(_labels(), cfg, np.random.default_rng(1))]
     assert max(sizes) - min(sizes) <= 10  # equal up to per-class flooring
     with pytest.raises(ConfigError, match="class_fraction"):
-        partition(_labels(), PartitionConfig(name="cafa", class_fraction_min=0.31, class_fraction_max=0.39),
+        partition(_labels(), partition_config(name="cafa", class_fraction_min=0.31, class_fraction_max=0.39),
                   np.random.default_rng(0))
 
 
@@ -117,7 +117,7 @@ def _info(label_counts, true_iid=None, layout=None):
 def test_cbcc_finds_the_iid_clients_of_the_cafa_partition(iid_fraction):
     # Tables II-III: 20 clients with 25% / 50% IID; the IID clients form the largest cluster
     labels = _labels()
-    parts = partition(labels, PartitionConfig(name="cafa", num_clients=20, iid_fraction=iid_fraction),
+    parts = partition(labels, partition_config(name="cafa", num_clients=20, iid_fraction=iid_fraction),
                       np.random.default_rng(3))
     counts = np.stack([np.bincount(labels[p], minlength=10) for p in parts])
     truth = cafa_iid_flags(20, iid_fraction)

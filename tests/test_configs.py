@@ -13,8 +13,17 @@ SPACES = sorted((REPO / "configs" / "search_spaces").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[str(p.relative_to(REPO / "configs")) for p in CONFIGS])
 def test_config_validates(path):
-    cfg = load_config(path)
+    """... in the current form: no key older versions spelled otherwise (that would warn), none set aside."""
+    import warnings
+
+    from flplat.data import legacy
+
+    legacy._WARNED.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        cfg = load_config(path)
     assert cfg.federation.rounds >= 1
+    assert not cfg.data_unused and not cfg.partition_unused and not cfg.algorithm_unused
 
 
 @pytest.mark.parametrize("path", SPACES, ids=[p.name for p in SPACES])

@@ -217,14 +217,14 @@ def test_tracked_run_logs_summaries_and_table_shows_them(tmp_path):
 
 
 def test_data_subsampling_is_deterministic_and_sized():
-    from flplat.config import DataConfig
     from flplat.data.datasets import load_dataset
+    from flplat.data.registry import data_config
 
-    a = load_dataset(DataConfig(name="digits", max_train_samples=500), 3)
-    b = load_dataset(DataConfig(name="digits", max_train_samples=500), 3)
-    full = load_dataset(DataConfig(name="digits"), 3)
+    a = load_dataset(data_config(name="digits", max_train_samples=500), 3)
+    b = load_dataset(data_config(name="digits", max_train_samples=500), 3)
+    full = load_dataset(data_config(name="digits"), 3)
     assert len(a.y_train) == 500 and torch.equal(a.x_train, b.x_train)
-    assert len(full.y_train) > 500 and len(load_dataset(DataConfig(name="digits", max_train_samples=10**6), 3)
+    assert len(full.y_train) > 500 and len(load_dataset(data_config(name="digits", max_train_samples=10**6), 3)
                                          .y_train) == len(full.y_train)
     with pytest.raises(ConfigError, match="data.max_train_samples"):
         load_config(None, tiny_overrides(**{"data.max_train_samples": -1}))

@@ -13,7 +13,6 @@ import torch
 from conftest import idx_bytes
 from omegaconf import OmegaConf
 
-from flplat.config import DataConfig
 from flplat.data import datasets as ds
 from flplat.data import files as dfiles  # the file loaders: patch here, not the re-exports in datasets
 from flplat.data.datasets import (
@@ -24,6 +23,7 @@ from flplat.data.datasets import (
     load_dataset,
     read_idx,
 )
+from flplat.data.registry import data_config
 from flplat.errors import ConfigError
 
 TV_CLASSES = {"mnist": "MNIST", "fmnist": "FashionMNIST", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
@@ -132,7 +132,7 @@ def _expected(pixels: np.ndarray, name: str) -> torch.Tensor:
 def test_registry_and_unknown_name() -> None:
     assert set(DATASETS) >= {"digits", "mnist", "fmnist", "cifar10", "cifar100", "synthetic"}
     with pytest.raises(ConfigError) as e:
-        load_dataset(DataConfig(name="imagenet"), 0)
+        load_dataset(data_config(name="imagenet"), 0)
     msg = str(e.value)
     assert "imagenet" in msg and "\n" not in msg
     for name in DATASETS:
@@ -142,7 +142,7 @@ def test_registry_and_unknown_name() -> None:
 
 
 def test_digits() -> None:
-    d = load_dataset(DataConfig(name="digits"), 0)
+    d = load_dataset(data_config(name="digits"), 0)
     assert d.x_train.shape == (1797, 1, 8, 8) and d.x_train.dtype == torch.float32
     assert d.y_train.shape == (1797,) and d.y_train.dtype == torch.int64
     assert d.num_classes == 10 and sorted(d.y_train.unique().tolist()) == list(range(10))
@@ -152,7 +152,7 @@ def test_digits() -> None:
 
 
 def test_synthetic_deterministic_and_shapes() -> None:
-    cfg = DataConfig(name="synthetic", synthetic_samples=100, synthetic_features=7, synthetic_classes=3)
+    cfg = data_config(name="synthetic", samples=100, features=7, classes=3)
     a, b, c = load_dataset(cfg, 1), load_dataset(cfg, 1), load_dataset(cfg, 2)
     assert a.x_train.shape == (100, 7) and a.x_train.dtype == torch.float32
     assert a.y_train.shape == (100,) and a.y_train.dtype == torch.int64
@@ -162,7 +162,7 @@ def test_synthetic_deterministic_and_shapes() -> None:
     assert torch.equal(a.x_test, b.x_test) and torch.equal(a.y_test, b.y_test)
     assert not torch.equal(a.x_train, c.x_train)
     # separation 0: every class has mean 0 -> the per-class means are close to each other
-    flat = load_dataset(DataConfig(name="synthetic", synthetic_samples=3000, synthetic_separation=0.0), 0)
+    flat = load_dataset(data_config(name="synthetic", samples=3000, separation=0.0), 0)
     means = torch.stack([flat.x_train[flat.y_train == k].mean(0) for k in range(10)])
     assert means.abs().max() < 0.5
 
@@ -195,7 +195,7 @@ def test_idx_dataset_from_root(isolated: Path, name: str, layout: str, gz: bool)
     root = isolated / "data"
     d = root if layout == "flat" else root / TV_CLASSES[name] / "raw"
     arrays = _write_idx_set(d, gz)
-    data = load_dataset(DataConfig(name=name, root=str(root), download=True), 0)  # files present: no download
+    data = load_dataset(data_config(name=name, root=str(root), download=True), 0)  # files present: no download
     assert data.x_train.shape == (5, 1, 4, 4) and data.x_test.shape == (3, 1, 4, 4)
     assert data.x_train.dtype == torch.float32 and data.y_train.dtype == torch.int64
     assert torch.allclose(data.x_train, _expected(arrays["train-images-idx3-ubyte"][:, None], name))
@@ -207,12 +207,12 @@ def test_idx_lookup_env_and_debian(isolated: Path, monkeypatch: pytest.MonkeyPat
     env = isolated / "env"
     _write_idx_set(env / "MNIST" / "raw", gz=True)
     monkeypatch.setenv("FLPLAT_DATA", str(env))
-    assert load_dataset(DataConfig(name="mnist"), 0).x_train.shape == (5, 1, 4, 4)
+    assert load_dataset(data_config(name="mnist"), 0).x_train.shape == (5, 1, 4, 4)
     _write_idx_set(isolated / "debian", gz=True)  # /usr/share/datasets/fashion-mnist layout
-    assert load_dataset(DataConfig(name="fmnist"), 0).x_test.shape == (3, 1, 4, 4)
+    assert load_dataset(data_config(name="fmnist"), 0).x_test.shape == (3, 1, 4, 4)
     # cwd-relative ../shared/data and an OmegaConf DictConfig work too
     _write_idx_set(isolated / "shared" / "data" / "FashionMNIST" / "raw", gz=False)
-    cfg = OmegaConf.structured(DataConfig(name="fmnist"))
+    cfg = OmegaConf.structured(data_config(name="fmnist"))
     assert load_dataset(cfg, 0).x_train.shape == (5, 1, 4, 4)
 
 
@@ -220,7 +220,7 @@ def test_idx_lookup_env_and_debian(isolated: Path, monkeypatch: pytest.MonkeyPat
 def test_missing_idx_data(isolated: Path, name: str) -> None:
     root = isolated / "nothing_here"
     with pytest.raises(DataUnavailableError) as e:
-        load_dataset(DataConfig(name=name, root=str(root)), 0)
+        load_dataset(data_config(name=name, root=str(root)), 0)
     msg = str(e.value)
     assert "\n" not in msg and isinstance(e.value, ConfigError)
     # an explicit data.root is used or refused: only it is searched, never a copy elsewhere
@@ -229,7 +229,7 @@ def test_missing_idx_data(isolated: Path, name: str) -> None:
     assert str(isolated / "cache") not in msg and str(isolated / "repo_shared") not in msg
     assert f"data.root={str(root)!r}" in msg and "data.download=true" in msg
     with pytest.raises(DataUnavailableError) as e:  # without a root every documented place is listed
-        load_dataset(DataConfig(name=name), 0)
+        load_dataset(data_config(name=name), 0)
     msg = str(e.value)
     for d in (isolated / "cache", isolated / "repo_shared" / "data"):
         assert str(d) in msg
@@ -247,7 +247,7 @@ def test_download_only_when_absent(isolated: Path, monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(dfiles, "_torchvision_download", fake_download)
     root = isolated / "dl"
-    cfg = DataConfig(name="mnist", root=str(root), download=True)
+    cfg = data_config(name="mnist", root=str(root), download=True)
     assert load_dataset(cfg, 0).x_train.shape == (5, 1, 4, 4)
     assert calls == [("mnist", root)]
     load_dataset(cfg, 0)  # now present: no second download
@@ -258,7 +258,7 @@ def test_download_only_when_absent(isolated: Path, monkeypatch: pytest.MonkeyPat
 def test_real_idx_data(name: str, tmp_path: Path, no_download: None) -> None:
     """The official files, wherever the documented lookup finds them (e.g. ``../shared/data`` beside the checkout);
     skipped without them."""
-    d = load_dataset(DataConfig(name=name, cache_dir=str(tmp_path / "decoded")), 0)
+    d = load_dataset(data_config(name=name, cache_dir=str(tmp_path / "decoded")), 0)
     assert d.x_train.shape == (60000, 1, 28, 28) and d.x_test.shape == (10000, 1, 28, 28)
     assert d.y_train.dtype == torch.int64 and sorted(d.y_test.unique().tolist()) == list(range(10))
     assert abs(d.x_train.mean().item()) < 0.01 and abs(d.x_train.std().item() - 1.0) < 0.01
@@ -271,7 +271,7 @@ def test_real_idx_data(name: str, tmp_path: Path, no_download: None) -> None:
 def test_cifar10(isolated: Path, layout: str) -> None:
     root = isolated / "data"
     batches = _write_cifar10(root if layout == "flat" else root / "cifar-10-batches-py")
-    d = load_dataset(DataConfig(name="cifar10", root=str(root), download=True), 0)
+    d = load_dataset(data_config(name="cifar10", root=str(root), download=True), 0)
     assert d.x_train.shape == (10, 3, 32, 32) and d.x_test.shape == (3, 3, 32, 32)
     assert d.x_train.dtype == torch.float32 and d.y_train.dtype == torch.int64
     assert d.y_train.tolist() == [v for b in batches[:5] for v in b["labels"]]
@@ -285,7 +285,7 @@ def test_cifar100(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = isolated / "env"
     train, test = _write_cifar100(env / "cifar-100-python")
     monkeypatch.setenv("FLPLAT_DATA", str(env))
-    d = load_dataset(DataConfig(name="cifar100"), 0)
+    d = load_dataset(data_config(name="cifar100"), 0)
     assert d.x_train.shape == (4, 3, 32, 32) and d.x_test.shape == (3, 3, 32, 32)
     assert d.y_train.tolist() == train["fine_labels"] and d.y_test.tolist() == test["fine_labels"]
     assert torch.allclose(d.x_test, _expected(test["data"].reshape(-1, 3, 32, 32), "cifar100"))
@@ -298,7 +298,7 @@ def test_missing_cifar(isolated: Path, name: str) -> None:
     _write_cifar10(root / "cifar-10-batches-py")
     os.remove(root / "cifar-10-batches-py" / "data_batch_5")  # incomplete: not accepted
     with pytest.raises(DataUnavailableError) as e:
-        load_dataset(DataConfig(name=name, root=str(root)), 0)
+        load_dataset(data_config(name=name, root=str(root)), 0)
     assert str(root) in str(e.value) and "\n" not in str(e.value)
 
 
@@ -313,13 +313,13 @@ def test_cifar_pickle_only_admits_numpy(isolated: Path) -> None:
     with open(root / "test_batch", "wb") as fh:
         pickle.dump({"data": Evil(), "labels": []}, fh, protocol=2)
     with pytest.raises(DataFormatError, match="not allowed"):
-        load_dataset(DataConfig(name="cifar10", root=str(root)), 0)
+        load_dataset(data_config(name="cifar10", root=str(root)), 0)
 
 
 def test_decoded_cache_is_reused_and_keyed_by_file_contents(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root, cache = isolated / "data", isolated / "decoded"
     arrays = _write_idx_set(root, gz=True)
-    cfg = DataConfig(name="fmnist", root=str(root), cache_dir=str(cache))
+    cfg = data_config(name="fmnist", root=str(root), cache_dir=str(cache))
     first = load_dataset(cfg, 0)
     assert len(list(cache.iterdir())) == 1  # one entry, no temporary directory left behind
 
@@ -343,5 +343,5 @@ def test_decoded_cache_is_reused_and_keyed_by_file_contents(isolated: Path, monk
 def test_decoded_cache_off(isolated: Path) -> None:
     root, cache = isolated / "data", isolated / "decoded"
     _write_idx_set(root, gz=False)
-    load_dataset(DataConfig(name="mnist", root=str(root), cache=False, cache_dir=str(cache)), 0)
+    load_dataset(data_config(name="mnist", root=str(root), cache=False, cache_dir=str(cache)), 0)
     assert not cache.exists()

@@ -331,7 +331,7 @@ def test_zero_clusters_means_the_partitions_true_m(tiny_cfg, algo, key):
     """Flux App. E.1 gives IFCA, FeSEM, FedEM and FedRC the true number of distributions M: key = 0 asks for it."""
     from flplat.errors import ConfigError
 
-    shift = {"partition.name": "shift", "partition.shift_type": "label", "partition.shift_level": 6,
+    shift = {"partition.name": "shift", "partition.type": "label", "partition.level": 6,
              "partition.num_clients": 8, "partition.num_unseen_clients": 0, "partition.samples_per_client": 60}
     p = prepare(tiny_cfg(**{"algorithm.name": algo, f"algorithm.{key}": 0, **shift}))
     m = p.data.meta["num_distributions"]

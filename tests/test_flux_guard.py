@@ -81,8 +81,8 @@ def test_guard_beyond_noise_with_a_jump_leaves_the_knee_to_decide():
 
 
 def _flux(**extra):
-    over = {"data.name": "digits", "partition.name": "shift", "partition.shift_type": "label",
-            "partition.shift_level": 6, "partition.num_clients": 6, "partition.samples_per_client": 100,
+    over = {"data.name": "digits", "partition.name": "shift", "partition.type": "label",
+            "partition.level": 6, "partition.num_clients": 6, "partition.samples_per_client": 100,
             "model.name": "mlp", "model.hidden": "[8]", "algorithm.name": "flux", "algorithm.pca_components": 1,
             "tracking.enabled": "false"}
     over.update(extra)
@@ -136,8 +136,8 @@ def test_descriptor_part_marginal_clusters_on_the_label_free_part_alone():
 def test_descriptor_part_marginal_end_to_end_sends_only_the_label_free_part():
     from flplat.experiment import run
 
-    over = {"data.name": "digits", "partition.name": "shift", "partition.shift_type": "feature",
-            "partition.shift_level": 3, "partition.num_clients": 8, "partition.num_unseen_clients": 2,
+    over = {"data.name": "digits", "partition.name": "shift", "partition.type": "feature",
+            "partition.level": 3, "partition.num_clients": 8, "partition.num_unseen_clients": 2,
             "partition.samples_per_client": 100, "model.name": "mlp", "model.hidden": "[16]",
             "algorithm.name": "flux", "algorithm.descriptor_part": "marginal", "algorithm.start_round": 2,
             "algorithm.pca_components": 3, "federation.rounds": 3, "federation.client_fraction": 0.75,

@@ -17,20 +17,20 @@ import pytest
 import torch
 from conftest import REPO
 
-from flplat.config import DataConfig
 from flplat.data.datasets import DataFormatError, DataUnavailableError, load_dataset
 from flplat.data.text import build_vocab, encode, tokenize
 from flplat.errors import ConfigError
 
 
-def cfg(name: str, root: Path | None = None, **groups) -> DataConfig:
-    """A DataConfig through OmegaConf (as a run builds it), with ``group={key: value}`` overrides."""
+def cfg(name: str, root: Path | None = None, **groups) -> object:
+    """The data section through load_config (as a run builds it), with ``group={key: value}`` overrides: the group
+    only says which of the dataset's keys they are (text encoding, the dataset's own); the keys are flat."""
     from flplat.experiment import load_config
 
     over = [f"data.name={name}"] + ([f"data.root={root}"] if root else [])
-    for group, values in groups.items():
+    for values in groups.values():
         for k, v in values.items():
-            over.append(f"data.{group}.{k}={json.dumps(v) if isinstance(v, list) else v}")
+            over.append(f"data.{k}={json.dumps(v) if isinstance(v, list) else v}")
     return load_config(None, over).data
 
 
@@ -194,7 +194,7 @@ def test_acs_income_state_without_a_row_passing_the_filter_is_one_line(isolated:
                        "WKHP > 0, PWGTP >= 1)")
     store = isolated / "mlruns"
     res = subprocess.run([sys.executable, "-m", "flplat.cli", "run", str(REPO / "configs" / "quickstart.yaml"),
-                          "data.name=acs_income", f"data.root={isolated / 'acs'}", "data.acs.states=[PR]",
+                          "data.name=acs_income", f"data.root={isolated / 'acs'}", "data.states=[PR]",
                           "data.cache=false", f"tracking.store_dir={store}", "fabric.num_threads=1"],
                          cwd=isolated, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -224,7 +224,7 @@ def test_serengeti_consensus_table(isolated: Path) -> None:
     chosen = load_dataset(cfg("serengeti", root, serengeti={"classes": ["lionFemale", "zebra"]}), 0)
     assert chosen.y_train.tolist() == [1, 1, 0] and chosen.x_train.shape == (3, 11)
     assert np.allclose(chosen.x_train.mean(0).numpy(), 0, atol=1e-6)  # standard scaler by default
-    with pytest.raises(ConfigError, match="data.serengeti.classes"):
+    with pytest.raises(ConfigError, match="data.classes"):
         load_dataset(cfg("serengeti", root, serengeti={"classes": ["unicorn", "zebra"]}), 0)
 
 
@@ -273,15 +273,15 @@ def test_femnist_leaf_user_split_test_users_are_unseen_clients(isolated: Path) -
     """LEAF's -t user split under partition.name=natural: the test writers are no training clients; auto takes
     them as unseen test-only clients (users), the training clients are cut by the usual fractions (as split);
     official says which key to set instead of leaving every client without a test sample."""
-    from flplat.config import PartitionConfig
     from flplat.data.partitions import build_federation
+    from flplat.data.registry import partition_config
     from flplat.data.splits import InfeasiblePartitionError
 
     _leaf_user_split(isolated / "leaf")
     ds = load_dataset(cfg("femnist", isolated / "leaf"), 0)
     assert ds.client_ids.tolist() == [0] * 4 + [2] * 5 and ds.client_ids_test.tolist() == [1, 1, 3, 3, 3]
-    fed = build_federation(ds, PartitionConfig(name="natural"), seed=0)
-    split = build_federation(ds, PartitionConfig(name="natural", natural_test="split"), seed=0)
+    fed = build_federation(ds, partition_config(name="natural"), seed=0)
+    split = build_federation(ds, partition_config(name="natural", test="split"), seed=0)
     assert fed.meta["natural_test"] == "users" and fed.meta["natural_client_ids"].tolist() == [0, 2]
     assert fed.meta["num_unseen_clients"] == 2 and fed.meta["unseen_client_ids"].tolist() == [1, 3]
     assert len(fed.x) == 9 + 5 and fed.x_global_test is ds.x_test
@@ -290,11 +290,11 @@ def test_femnist_leaf_user_split_test_users_are_unseen_clients(isolated: Path) -
     for a, b in zip(fed.clients, split.clients):  # 0.8 / 0.2 of 4 and 5 samples: 3 + 1, 4 + 1
         assert (a.train.tolist(), a.test.tolist()) == (b.train.tolist(), b.test.tolist()) and len(a.test) == 1
     assert torch.equal(fed.x[fed.unseen[1].test], ds.x_test[2:])
-    small = build_federation(ds, PartitionConfig(name="natural", natural_min_samples=3), seed=0)
+    small = build_federation(ds, partition_config(name="natural", min_samples=3), seed=0)
     assert small.meta["unseen_client_ids"].tolist() == [3] and small.meta["test_samples_without_client"] == 2
     with pytest.raises(InfeasiblePartitionError) as e:
-        build_federation(ds, PartitionConfig(name="natural", natural_test="official"), seed=0)
-    assert "partition.natural_test=users" in str(e.value) and "none of the official test set's 2 users" in str(e.value)
+        build_federation(ds, partition_config(name="natural", test="official"), seed=0)
+    assert "partition.test=users" in str(e.value) and "none of the official test set's 2 users" in str(e.value)
 
 
 def test_flplat_run_on_a_leaf_user_split_reports_the_test_phase(isolated: Path) -> None:
@@ -413,7 +413,7 @@ def test_cifar100_first_classes(isolated: Path) -> None:
         pickle.dump({"fine_label_names": [f"f{i}" for i in range(100)]}, fh, protocol=2)
     from flplat.experiment import load_config
 
-    c = load_config(None, ["data.name=cifar100", f"data.root={d.parent}", "data.cifar100_classes=20",
+    c = load_config(None, ["data.name=cifar100", f"data.root={d.parent}", "data.classes=20",
                            "data.cache=false"]).data
     ds = load_dataset(c, 0)
     assert ds.num_classes == 20 and ds.y_train.tolist() == [0, 1, 19] and ds.y_test.tolist() == [3]
@@ -525,12 +525,12 @@ def test_missing_files_say_data_not_found_and_where(isolated: Path, name: str, w
 
 
 @pytest.mark.parametrize("override, key", [
-    ("data.text.padding=left", "data.text.padding"), ("data.text.max_length=0", "data.text.max_length"),
-    ("data.sent140.labels=five", "data.sent140.labels"), ("data.amazon.source=books", "data.amazon.source"),
-    ("data.acs.states=[XX]", "data.acs.states"), ("data.chexpert.uncertain=maybe", "data.chexpert.uncertain"),
-    ("data.cifar100_classes=101", "data.cifar100_classes"), ("data.femnist.classes=[a,a]", "data.femnist.classes"),
-    ("data.femnist.classes=[ab]", "data.femnist.classes"), ("data.officehome.num_classes=66",
-                                                              "data.officehome.num_classes"),
+    ("data.padding=left", "data.padding"), ("data.max_length=0", "data.max_length"),
+    ("data.labels=five", "data.labels"), ("data.source=books", "data.source"),
+    ("data.states=[XX]", "data.states"), ("data.uncertain=maybe", "data.uncertain"),
+    ("data.classes=101", "data.classes"), ("data.classes=[a,a]", "data.classes"),
+    ("data.classes=[ab]", "data.classes"), ("data.num_classes=66",
+                                                              "data.num_classes"),
 ])
 def test_bad_paper_data_keys_name_the_key(override: str, key: str) -> None:
     from flplat.experiment import load_config

@@ -208,7 +208,7 @@ def _run(overrides: list[str]):
 
 def test_chexpert_files_train_with_bce_and_report_macro_auroc(isolated: Path, caplog) -> None:
     d = _chexpert_files(isolated / "chex")
-    base = ["data.name=chexpert", f"data.root={d}", "data.chexpert.image_size=8", "model.name=resnet9",
+    base = ["data.name=chexpert", f"data.root={d}", "data.image_size=8", "model.name=resnet9",
             "model.widths=[4,8,8,8]", "partition.name=iid", "partition.num_clients=3",
             "partition.train_fraction=0.6", "partition.val_fraction=0.15", "partition.test_fraction=0.25",
             "federation.rounds=2", "federation.local_epochs=1", "federation.batch_size=8", "algorithm.name=fedavg"]
@@ -223,7 +223,7 @@ def test_chexpert_files_train_with_bce_and_report_macro_auroc(isolated: Path, ca
     assert m["mean_local_auroc"] == pytest.approx(np.nanmean(s.client_table["auroc"]))
     assert np.isfinite(m["train_loss"]) and m["train_loss"] < 1.0  # BCE averaged over 14 labels (CE would fail)
     assert "per-client loop" not in caplog.text  # multi-label data and ResNet-9's batch norm train vectorised
-    with pytest.raises(ConfigError, match="partition.name='dirichlet' deals samples by their class.*allowed: iid"):
+    with pytest.raises(ConfigError, match="partition.name='dirichlet' needs one class per sample.*allowed: iid"):
         _run(base + ["partition.name=dirichlet"])
 
 
@@ -235,7 +235,7 @@ def test_sent140_files_train_the_lstm_with_the_vocabulary_filled_in(isolated: Pa
     more.write_text("\n".join(lines) + "\n", encoding="latin-1")
     from flplat.experiment import load_config, prepare
 
-    over = ["data.name=sent140", f"data.root={root}", "data.text.max_length=4", "model.name=sent140_lstm",
+    over = ["data.name=sent140", f"data.root={root}", "data.max_length=4", "model.name=sent140_lstm",
             "partition.name=iid", "partition.num_clients=2", "partition.train_fraction=0.7",
             "partition.test_fraction=0.3", "federation.rounds=2",
             "federation.batch_size=4", "algorithm.name=fedavg"]
@@ -247,7 +247,7 @@ def test_sent140_files_train_the_lstm_with_the_vocabulary_filled_in(isolated: Pa
     assert flatten(loggable(p.cfg))["model.vocab_size"] == 6  # what MLflow logs
     assert config_key(p.cfg) != config_key(cfg)  # (studies find runs by the written config's hash)
     import flplat.tracking.runs as runs
-    from flplat.engine.orchestrator import Callback
+    from flplat.engine.events import Callback
     from flplat.experiment import run
 
     class Tracker(Callback):  # what run() hands MLflow, without a store (the real one: the slow test below)
@@ -274,8 +274,9 @@ def test_test_phase_ensemble_of_multi_label_models_uses_sigmoids_and_reports_aur
     data: the ensemble of per-label probabilities, scored by exact match and by macro ROC AUC."""
     from types import SimpleNamespace
 
+    from flplat.api import ClusteredStrategy
+    from flplat.engine.evaluation import Evaluator, ensemble_accuracy, known_association
     from flplat.engine.executor import _softmax_and_labels
-    from flplat.engine.orchestrator import Orchestrator
     from flplat.engine.state import ServerState
 
     y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
@@ -287,17 +288,17 @@ def test_test_phase_ensemble_of_multi_label_models_uses_sigmoids_and_reports_aur
             return [(probs[float(w[0])], y) for _, w in requests]
 
     state = ServerState(clusters=torch.tensor([[0.0], [1.0]]), assignment=np.array([0, 0, 0, 1]))
-    stub = SimpleNamespace(state=state, executor=Ops(), strategy=None, data=SimpleNamespace(num_clients=4))
+    strategy = ClusteredStrategy.__new__(type("C", (ClusteredStrategy,), {"aggregate": None}))
+    models = Evaluator(strategy, Ops(), SimpleNamespace(num_clients=4)).ensemble(state)
     aurocs: list[float] = []
     # 3:1 -> [[.7, .2], [.2, .3], [.5, .45]]: exact match only on row 0 (row 2: 0.5 is not > 0.5) -> 1/3
-    assert Orchestrator._ensemble_accuracy(stub, [4], aurocs) == [pytest.approx(1 / 3)]
+    assert ensemble_accuracy(Ops(), models, [4], aurocs) == [pytest.approx(1 / 3)]
     # label 0: positives .7, .5 vs negative .2 -> 1; label 1: positives .3, .45 vs negative .2 -> 1
     assert aurocs == [pytest.approx(1.0)]
     # known association: the unweighted mean of the training clients' own AUROCs (NaN: a client without one)
     table = {"accuracy": np.array([0.5, 0.0, np.nan]), "auroc": np.array([0.9, 0.7, np.nan])}
-    known = SimpleNamespace(client_table=table, data=SimpleNamespace(meta={"test_phase": "n/a"}))
-    assert Orchestrator.test_phase(known) == {"known_association_accuracy": 0.25,
-                                              "known_association_auroc": pytest.approx(0.8)}
+    assert known_association(table) == {"known_association_accuracy": 0.25,
+                                        "known_association_auroc": pytest.approx(0.8)}
     view = SimpleNamespace(net=lambda x: x, x=torch.tensor([[0.0, 2.0]]), y=torch.tensor([[0.0, 1.0]]),
                            autocast=contextlib.nullcontext)
     p, _ = _softmax_and_labels(view)
@@ -315,7 +316,7 @@ def test_text_model_saved_by_mlflow_rebuilds_with_the_filled_vocabulary(isolated
     _sent140_csv(root / "sent140")
     store = isolated / "store"
     cfg = load_config(None, ["fabric.num_threads=1", f"tracking.store_dir={store}", "tracking.plots=false",
-                             "data.name=sent140", f"data.root={root}", "data.text.max_length=4",
+                             "data.name=sent140", f"data.root={root}", "data.max_length=4",
                              "model.name=sent140_lstm", "partition.name=iid", "partition.num_clients=2",
                              "partition.train_fraction=0.5", "partition.test_fraction=0.5", "federation.rounds=1",
                              "algorithm.name=fedavg"])
@@ -398,7 +399,7 @@ def test_flplat_evaluate_reports_the_runs_auroc_on_multi_label_data(isolated: Pa
     d = _chexpert_files(isolated / "chex")
     store = isolated / "store"
     cfg = load_config(None, ["fabric.num_threads=1", f"tracking.store_dir={store}", "tracking.plots=false",
-                             "data.name=chexpert", f"data.root={d}", "data.chexpert.image_size=8", "model.name=mlp",
+                             "data.name=chexpert", f"data.root={d}", "data.image_size=8", "model.name=mlp",
                              "model.hidden=[8]", "partition.name=iid", "partition.num_clients=3",
                              "partition.train_fraction=0.75", "partition.test_fraction=0.25", "federation.rounds=2",
                              "algorithm.name=fedavg"])
@@ -445,7 +446,7 @@ def test_text_models_train_vectorised_like_the_loop(isolated: Path, caplog, mode
     the vectorised clients give the loop's metrics."""
     root = isolated / "data"
     _sent140_csv(root / "sent140")
-    over = ["data.name=sent140", f"data.root={root}", "data.text.max_length=4", f"model.name={model}",
+    over = ["data.name=sent140", f"data.root={root}", "data.max_length=4", f"model.name={model}",
             "model.dropout=0.0", "partition.name=iid", "partition.num_clients=2", "partition.train_fraction=0.7",
             "partition.test_fraction=0.3", "federation.rounds=2", "federation.batch_size=2", "algorithm.name=fedavg"]
     if model == "sent140_lstm":

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from flplat.config import PartitionConfig
 from flplat.data.containers import Dataset
 from flplat.data.partitions import (
     PARTITIONS,
@@ -17,6 +16,7 @@ from flplat.data.partitions import (
     partition,
     split_client,
 )
+from flplat.data.registry import partition_config
 from flplat.errors import ConfigError
 from flplat.metrics.noniid import wpsi
 
@@ -38,6 +38,10 @@ def assert_disjoint(parts: list[np.ndarray]) -> np.ndarray:
     return allidx
 
 
+#: each label protocol's own keys for the tests below (a key of another protocol is an error)
+OWN = {"iid": {}, "dirichlet": {"alpha": 0.5}, "similarity": {"similarity": 0.5}}
+
+
 def test_registry() -> None:
     assert set(PARTITIONS) == {"iid", "dirichlet", "similarity", "cafa", "pqfed", "shift", "natural", "metadata"}
 
@@ -45,23 +49,23 @@ def test_registry() -> None:
 @pytest.mark.parametrize("name", ["iid", "dirichlet"])
 def test_disjoint_and_cover(name: str) -> None:
     labels = balanced()
-    cfg = PartitionConfig(name=name, num_clients=7, alpha=0.5)
+    cfg = partition_config(name=name, num_clients=7, **OWN[name])
     parts = partition(labels, cfg, np.random.default_rng(0))
     assert len(parts) == 7
     allidx = assert_disjoint(parts)
     np.testing.assert_array_equal(np.sort(allidx), np.arange(len(labels)))
-    assert min(len(p) for p in parts) >= cfg.min_samples
+    assert min(len(p) for p in parts) >= getattr(cfg, "min_samples", 1)
 
 
 def test_iid_sizes_even() -> None:
-    parts = partition(balanced(), PartitionConfig(name="iid", num_clients=7), np.random.default_rng(0))
+    parts = partition(balanced(), partition_config(name="iid", num_clients=7), np.random.default_rng(0))
     sizes = [len(p) for p in parts]
     assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 1000
 
 
 def test_similarity_sizes_equal_leftovers_dropped() -> None:
     labels = np.concatenate([balanced(10, 20), [0, 1, 2]])  # N = 203
-    cfg = PartitionConfig(name="similarity", num_clients=10, similarity=0.3)
+    cfg = partition_config(name="similarity", num_clients=10, similarity=0.3)
     parts = partition(labels, cfg, np.random.default_rng(1))
     assert_disjoint(parts)
     # |iid| = round(0.3*203) = round(60.9) = 61 -> a = 6; |niid| = 142 -> b = 14; 20 each, 3 dropped
@@ -72,7 +76,7 @@ def test_similarity_sizes_equal_leftovers_dropped() -> None:
 def test_similarity_extremes() -> None:
     labels = balanced(10, 100)
     # S = 1: everything IID -> every client sees every label in roughly equal shares
-    parts = partition(labels, PartitionConfig(name="similarity", num_clients=5, similarity=1.0),
+    parts = partition(labels, partition_config(name="similarity", num_clients=5, similarity=1.0),
                       np.random.default_rng(0))
     c = counts_of(labels, parts)
     assert (c > 0).all()
@@ -80,11 +84,11 @@ def test_similarity_extremes() -> None:
     assert wpsi(c) < 0.05
     # S = 0: sorted by label and dealt in contiguous blocks of <= 100 samples (K >= C) -> at most 2 labels
     for k in (10, 13, 20):
-        parts = partition(labels, PartitionConfig(name="similarity", num_clients=k, similarity=0.0),
+        parts = partition(labels, partition_config(name="similarity", num_clients=k, similarity=0.0),
                           np.random.default_rng(0))
         c = counts_of(labels, parts)
         assert ((c > 0).sum(axis=1) <= 2).all()
-    parts = partition(labels, PartitionConfig(name="similarity", num_clients=10, similarity=0.0),
+    parts = partition(labels, partition_config(name="similarity", num_clients=10, similarity=0.0),
                       np.random.default_rng(0))
     assert ((counts_of(labels, parts) > 0).sum(axis=1) == 1).all()
 
@@ -92,7 +96,7 @@ def test_similarity_extremes() -> None:
 @pytest.mark.parametrize("name", ["iid", "dirichlet", "similarity"])
 def test_determinism(name: str) -> None:
     labels = balanced()
-    cfg = PartitionConfig(name=name, num_clients=8, alpha=0.5, similarity=0.5)
+    cfg = partition_config(name=name, num_clients=8, **OWN[name])
     a = partition(labels, cfg, np.random.default_rng(3))
     b = partition(labels, cfg, np.random.default_rng(3))
     c = partition(labels, cfg, np.random.default_rng(4))
@@ -104,7 +108,7 @@ def test_dirichlet_smaller_alpha_is_more_noniid() -> None:
     labels = balanced(10, 200)
 
     def mean_wpsi(alpha: float) -> float:
-        cfg = PartitionConfig(name="dirichlet", num_clients=10, alpha=alpha)
+        cfg = partition_config(name="dirichlet", num_clients=10, alpha=alpha)
         return float(np.mean([wpsi(counts_of(labels, partition(labels, cfg, np.random.default_rng(s))))
                               for s in range(5)]))
 
@@ -115,7 +119,7 @@ def test_dirichlet_smaller_alpha_is_more_noniid() -> None:
 
 def test_dirichlet_infeasible_fails_fast() -> None:
     labels = balanced(10, 10)  # N = 100
-    cfg = PartitionConfig(name="dirichlet", num_clients=50, min_samples=10)
+    cfg = partition_config(name="dirichlet", num_clients=50, min_samples=10)
     t0 = time.perf_counter()
     with pytest.raises(InfeasiblePartitionError) as err:
         partition(labels, cfg, np.random.default_rng(0))
@@ -130,7 +134,7 @@ def test_dirichlet_infeasible_fails_fast() -> None:
 def test_dirichlet_infeasible_after_retries() -> None:
     # 2 classes x 100, 20 clients, min 10 each: only the exact 10-per-client split works; alpha tiny -> never
     labels = balanced(2, 100)
-    cfg = PartitionConfig(name="dirichlet", num_clients=20, alpha=0.01, min_samples=10, max_retries=50)
+    cfg = partition_config(name="dirichlet", num_clients=20, alpha=0.01, min_samples=10, max_retries=50)
     t0 = time.perf_counter()
     with pytest.raises(InfeasiblePartitionError, match="51 draws"):
         partition(labels, cfg, np.random.default_rng(0))
@@ -139,22 +143,22 @@ def test_dirichlet_infeasible_after_retries() -> None:
 
 def test_dispatch_errors() -> None:
     with pytest.raises(ConfigError, match="cafa, dirichlet, iid, metadata, natural, pqfed, shift, similarity"):
-        partition(balanced(), PartitionConfig(name="nope"), np.random.default_rng(0))
+        partition(balanced(), partition_config(name="nope"), np.random.default_rng(0))
     with pytest.raises(ConfigError, match="partition.num_clients"):
-        partition(np.arange(5) % 2, PartitionConfig(name="iid", num_clients=6), np.random.default_rng(0))
+        partition(np.arange(5) % 2, partition_config(name="iid", num_clients=6), np.random.default_rng(0))
 
 
 def test_split_client_fractions() -> None:
     rng = np.random.default_rng(0)
     idx = np.arange(100, 110)
-    s = split_client(idx, PartitionConfig(train_fraction=0.8, val_fraction=0.0, test_fraction=0.2), rng)
+    s = split_client(idx, partition_config(train_fraction=0.8, val_fraction=0.0, test_fraction=0.2), rng)
     assert (len(s.train), len(s.val), len(s.test)) == (8, 0, 2)
     np.testing.assert_array_equal(np.sort(s.all()), idx)
-    s = split_client(idx, PartitionConfig(train_fraction=0.7, val_fraction=0.1, test_fraction=0.2), rng)
+    s = split_client(idx, partition_config(train_fraction=0.7, val_fraction=0.1, test_fraction=0.2), rng)
     assert (len(s.train), len(s.val), len(s.test)) == (7, 1, 2)
     np.testing.assert_array_equal(np.sort(s.all()), idx)
     # round half up: 0.5 * 3 = 1.5 -> 2 test, train keeps the rest
-    half = PartitionConfig(train_fraction=0.5, val_fraction=0.0, test_fraction=0.5)
+    half = partition_config(train_fraction=0.5, val_fraction=0.0, test_fraction=0.5)
     s = split_client(np.arange(3), half, rng)
     assert (len(s.train), len(s.test)) == (1, 2)
     # train keeps at least one sample
@@ -176,7 +180,7 @@ def make_dataset(with_test: bool = True) -> Dataset:
 
 def test_build_federation() -> None:
     ds = make_dataset()
-    cfg = PartitionConfig(name="dirichlet", num_clients=4, alpha=0.5, min_samples=5)
+    cfg = partition_config(name="dirichlet", num_clients=4, alpha=0.5, min_samples=5)
     fed = build_federation(ds, cfg, seed=11)
     assert fed.num_clients == 4 and fed.num_classes == 5
     assert fed.x is ds.x_train and fed.x_global_test is ds.x_test
@@ -193,11 +197,11 @@ def test_build_federation() -> None:
                for a, b in zip(fed.clients, same.clients))
     assert not all(np.array_equal(a.train, b.train) for a, b in zip(fed.clients, other.clients))
     # the split stream is independent of the partition stream: other fractions, same client holdings
-    cfg2 = PartitionConfig(name="dirichlet", num_clients=4, alpha=0.5, min_samples=5,
+    cfg2 = partition_config(name="dirichlet", num_clients=4, alpha=0.5, min_samples=5,
                            train_fraction=0.5, val_fraction=0.25, test_fraction=0.25)
     fed2 = build_federation(ds, cfg2, seed=11)
     assert all(np.array_equal(np.sort(a.all()), np.sort(b.all())) for a, b in zip(fed.clients, fed2.clients))
-    no_test = build_federation(make_dataset(with_test=False), PartitionConfig(name="iid", num_clients=3), seed=0)
+    no_test = build_federation(make_dataset(with_test=False), partition_config(name="iid", num_clients=3), seed=0)
     assert no_test.x_global_test is None and no_test.y_global_test is None
 
 
@@ -207,7 +211,7 @@ def test_dirichlet_client_at_n_over_k_gets_no_further_classes() -> None:
     cut points floor cumsum(p)·n, so the rounding remainder of a class (< K samples) always goes to the last client,
     even a full one (as in the classic cut code): that client is checked for that bound instead."""
     labels = balanced(10, 100)  # N = 1000, K = 10: cap 100
-    cfg = PartitionConfig(name="dirichlet", num_clients=10, alpha=0.3, min_samples=0)
+    cfg = partition_config(name="dirichlet", num_clients=10, alpha=0.3, min_samples=1)
     for seed in range(5):
         parts = partition(labels, cfg, np.random.default_rng(seed))
         for k, idx in enumerate(parts):

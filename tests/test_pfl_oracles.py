@@ -48,8 +48,8 @@ def _recorded(plan):
 
 def _round(algorithm, clients=1, personal=None, **over):
     """flplat's round: (prepared run, state before, state after, recorded batches per client and phase)."""
-    base = {"data.name": "synthetic", "data.synthetic_samples": 20 * clients, "data.synthetic_features": 4,
-            "data.synthetic_classes": 3, "partition.name": "iid", "partition.num_clients": clients,
+    base = {"data.name": "synthetic", "data.samples": 20 * clients, "data.features": 4,
+            "data.classes": 3, "partition.name": "iid", "partition.num_clients": clients,
             "model.name": "mlp", "model.hidden": "[3]", "federation.rounds": 1, "federation.client_fraction": 1.0,
             "federation.local_epochs": 2, "federation.batch_size": 4, "federation.optimizer.name": "sgd",
             "federation.optimizer.lr": LR, "federation.optimizer.momentum": MOM, "fabric.num_threads": 1,

@@ -274,7 +274,7 @@ STRICT = ("from flplat.api import ConfigError, Strategy, register_algorithm\n\n"
           "        raise ConfigError(\"algorithm.name='strict' needs every client to hold 2 classes; allowed: "
           "partition.name=iid\")\n\n"
           "    def aggregate(self, state, results, ops):\n        return state\n")
-TINY = ["data.name=synthetic", "data.synthetic_samples=200", "model.hidden=[8]", "federation.rounds=1", *FAST]
+TINY = ["data.name=synthetic", "data.samples=200", "model.hidden=[8]", "federation.rounds=1", *FAST]
 
 
 def test_a_config_error_in_init_state_is_one_line_exit_2_and_no_store(tmp_path):

@@ -78,11 +78,11 @@ def test_membership_inference_limits():
 
 # ------------------------------------------------------------------------------------------------ partition
 def _pqfed_partition(**extra):
-    over = {"data.name": "synthetic", "data.synthetic_samples": 1500, "data.synthetic_features": 12,
-            "partition.name": "pqfed", "partition.num_clients": 4, "partition.pqfed_rates": "[0.0,0.5,1.0]",
-            "partition.pqfed_sources": 6, "partition.pqfed_samples_per_source": 20,
-            "partition.pqfed_target_test_per_source": 10, "partition.pqfed_public_size": 60,
-            "partition.pqfed_pca_components": 5}
+    over = {"data.name": "synthetic", "data.samples": 1500, "data.features": 12,
+            "partition.name": "pqfed", "partition.num_clients": 4, "partition.rates": "[0.0,0.5,1.0]",
+            "partition.sources": 6, "partition.samples_per_source": 20,
+            "partition.target_test_per_source": 10, "partition.public_size": 60,
+            "partition.pca_components": 5}
     over.update(extra)
     return [f"{k}={v}" for k, v in over.items()]
 
@@ -117,7 +117,7 @@ def test_pqfed_partition_builds_the_papers_clients():
 
 
 def test_pqfed_partition_single_diff_source_is_the_literal_reading():
-    data, source = _build(_pqfed_partition(**{"partition.pqfed_diff": "single"}))
+    data, source = _build(_pqfed_partition(**{"partition.diff": "single"}))
     target_src = data.meta["pqfed_target_sources"]
     for k, r in zip((1, 2, 3), (0.0, 0.5, 1.0)):
         idx = data.indices(k, "all")
@@ -128,13 +128,13 @@ def test_pqfed_partition_single_diff_source_is_the_literal_reading():
 
 def test_pqfed_partition_prefix_stable_and_checked():
     a, _ = _build(_pqfed_partition())
-    b, _ = _build(_pqfed_partition(**{"partition.num_clients": 3, "partition.pqfed_rates": "[0.0,0.5]"}))
+    b, _ = _build(_pqfed_partition(**{"partition.num_clients": 3, "partition.rates": "[0.0,0.5]"}))
     for k in range(3):
         assert np.array_equal(a.indices(k, "train"), b.indices(k, "train"))
     with pytest.raises(ConfigError, match="num_clients"):
         _build(_pqfed_partition(**{"partition.num_clients": 5}))
-    with pytest.raises(ConfigError, match="pqfed_rates"):
-        load_config(None, _pqfed_partition(**{"partition.pqfed_rates": "[0.5,1.5,0.0]"}))
+    with pytest.raises(ConfigError, match="partition.rates"):
+        load_config(None, _pqfed_partition(**{"partition.rates": "[0.5,1.5,0.0]"}))
 
 
 # ------------------------------------------------------------------------------------------------ algorithm

@@ -1,5 +1,5 @@
-from flplat.config import DataConfig
 from flplat.data.datasets import load_dataset
+from flplat.data.registry import data_config
 from flplat.tracking.reports import noniid_curves, runs_table
 
 
@@ -21,7 +21,7 @@ def test_runs_table_means_and_stds_by_algorithm_and_setting():
 
 
 def test_noniid_curves_wpsi_decreases_towards_iid():
-    ds = load_dataset(DataConfig(name="digits"), 0)
+    ds = load_dataset(data_config(name="digits"), 0)
     c = noniid_curves(ds, 10, [50.0, 0.3], [1.0, 0.0], [0, 1])
     d, s = c["dirichlet"], c["similarity"]
     assert d[0]["wpsi"] < d[1]["wpsi"] and s[0]["wpsi"] < s[1]["wpsi"]

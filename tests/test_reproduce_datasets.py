@@ -109,7 +109,7 @@ def _acs(root: Path) -> list[str]:
                                                                                     (1, 9))),
              str(rng.choice([20000, 45000, 60000, 90000]))] for i in range(300)]
     write_csv(root / "acs_income" / "2018" / "1-Year" / "psam_p06.csv", rows, header=ACS_HEADER)
-    return [f"data.root={root}", "data.acs.states=[CA]"]
+    return [f"data.root={root}", "data.states=[CA]"]
 
 
 SPECIES = ["buffalo", "elephant", "gazelleGrants", "gazelleThomsons", "giraffe", "guineaFowl", "hartebeest", "impala",
@@ -204,7 +204,7 @@ def _office_home(root: Path) -> list[str]:
             for j in range(5):
                 _grey(root / "OfficeHomeDataset_10072016" / dom / cls / f"{j:05d}.jpg", rng.randint(0, 255), size=12,
                       mode="RGB")
-    return [f"data.root={root}", "data.officehome.num_classes=3"]
+    return [f"data.root={root}", "data.num_classes=3"]
 
 
 # dataset -> (paper, table, cell, the files' writer, the model its smoke scale runs)

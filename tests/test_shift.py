@@ -73,7 +73,7 @@ def test_colourise_and_apply_hand_cases():
 
 @pytest.mark.parametrize("shift", ["feature", "label", "concept_yx", "concept_xy"])
 def test_federation_has_unseen_clients_and_true_ids(shift):
-    cfg = shift_cfg(**{"partition.shift_type": shift, "partition.shift_level": 6})
+    cfg = shift_cfg(**{"partition.type": shift, "partition.level": 6})
     ds = toy_dataset()
     fed = build_federation(ds, cfg, seed=3)
     assert fed.num_clients == 6 and len(fed.unseen) == 3 and fed.unseen_ids == [6, 7, 8]
@@ -96,10 +96,10 @@ def test_federation_has_unseen_clients_and_true_ids(shift):
 
 
 def test_shift_config_errors():
-    with pytest.raises(ConfigError, match="partition.shift_type"):
-        shift_cfg(**{"partition.shift_type": "covariate"})
-    with pytest.raises(ConfigError, match="partition.shift_level"):
-        shift_cfg(**{"partition.shift_level": 9})
+    with pytest.raises(ConfigError, match="partition.type"):
+        shift_cfg(**{"partition.type": "covariate"})
+    with pytest.raises(ConfigError, match="partition.level"):
+        shift_cfg(**{"partition.level": 9})
     with pytest.raises(ConfigError, match="partition.num_unseen_clients"):
         shift_cfg(**{"partition.num_unseen_clients": -1})
     tab = Dataset("tab", torch.zeros(50, 3), torch.zeros(50, dtype=torch.long), 2)
@@ -124,8 +124,8 @@ def test_concept_shift_pool_holds_exactly_level_classes(shift):
 def test_train_copies_duplicate_each_training_clients_train_split_only():
     """App. F.2: local datasets are duplicated as the number of clients grows (indices repeated; the pool is kept)."""
     ds = toy_dataset()
-    one = build_federation(ds, shift_cfg(**{"partition.shift_type": "concept_xy", "partition.shift_level": 2}), seed=3)
-    cfg = shift_cfg(**{"partition.shift_type": "concept_xy", "partition.shift_level": 2, "partition.train_copies": 4})
+    one = build_federation(ds, shift_cfg(**{"partition.type": "concept_xy", "partition.level": 2}), seed=3)
+    cfg = shift_cfg(**{"partition.type": "concept_xy", "partition.level": 2, "partition.train_copies": 4})
     four = build_federation(ds, cfg, seed=3)
     assert torch.equal(one.x, four.x) and four.meta["train_copies"] == 4  # same pool, nothing copied
     assert four.num_samples("train").tolist() == [4 * 36] * 6

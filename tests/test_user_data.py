@@ -15,12 +15,12 @@ import pytest
 import torch
 from conftest import REPO
 
-from flplat.config import DataConfig, PartitionConfig
 from flplat.data.datasets import load_dataset
 from flplat.data.files import DataUnavailableError
 from flplat.data.formats import DataFormatError
 from flplat.data.group_partitions import metadata_groups
 from flplat.data.partitions import build_federation
+from flplat.data.registry import data_config, partition_config
 from flplat.errors import ConfigError
 
 
@@ -37,8 +37,8 @@ ROWS = [["u1", 30, "red", 1.0, "yes"], ["u1", 40, "blue", 2.0, "no"], ["u2", 55,
         ["u2", 60, "", 4.0, "no"], ["u2", 70, "red", 5.0, "yes"], ["u3", 20, "blue", 6.0, "no"]]
 
 
-def table_cfg(path: Path, **kw) -> DataConfig:
-    return DataConfig(name="table", path=str(path), **kw)
+def table_cfg(path: Path, **kw) -> object:
+    return data_config(name="table", path=str(path), **kw)
 
 
 # ----------------------------------------------------------------------------------------------------- table
@@ -109,7 +109,7 @@ def test_table_errors_name_the_file_and_the_column(tmp_path):
         load_dataset(table_cfg(tmp_path / "nope.csv"), 0)
     assert "nope.csv" in str(e.value) and "does not exist" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="needs data.path"):
-        load_dataset(DataConfig(name="table"), 0)
+        load_dataset(data_config(name="table"), 0)
     gap = write_csv(tmp_path / "gap.csv", ["a", "label"], [[1, 0], ["", 1]])
     with pytest.raises(DataFormatError, match=r"column 'a' data row 2 is empty"):
         load_dataset(table_cfg(gap), 0)
@@ -117,7 +117,7 @@ def test_table_errors_name_the_file_and_the_column(tmp_path):
 
 def test_a_relative_path_is_read_under_data_root(tmp_path):
     write_csv(tmp_path / "t.csv", HEADER, ROWS)
-    d = load_dataset(DataConfig(name="table", root=str(tmp_path), path="t.csv"), 0)
+    d = load_dataset(data_config(name="table", root=str(tmp_path), path="t.csv"), 0)
     assert len(d.y_train) == 6
 
 
@@ -129,7 +129,7 @@ def test_npz_arrays_clients_metadata_and_test_set(tmp_path):
     np.savez(tmp_path / "d.npz", x=x, y=np.array([2, 0]), x_test=np.ones((1, 3, 2), np.float64) * 0.5,
              y_test=np.array([1]), writer=np.array(["b", "a"]), writer_test=np.array(["c"]),
              site=np.array([5, 7]), class_names=np.array(["x", "y", "z"]))
-    d = load_dataset(DataConfig(name="npz", path=str(tmp_path / "d.npz"), client_column="writer",
+    d = load_dataset(data_config(name="npz", path=str(tmp_path / "d.npz"), client_column="writer",
                                 meta_columns=["site"]), 0)
     np.testing.assert_allclose(d.x_train.numpy(), x / 255.0, rtol=1e-6)  # uint8 scaled to [0, 1]
     assert d.x_test.tolist() == [[[0.5] * 2] * 3] and d.y_test.tolist() == [1]
@@ -140,17 +140,17 @@ def test_npz_arrays_clients_metadata_and_test_set(tmp_path):
 
 def test_npz_multilabel_and_errors(tmp_path):
     np.savez(tmp_path / "m.npz", x=np.zeros((3, 4), np.float32), y=np.array([[1, 0], [0, 1], [1, 1]]))
-    d = load_dataset(DataConfig(name="npz", path=str(tmp_path / "m.npz")), 0)
+    d = load_dataset(data_config(name="npz", path=str(tmp_path / "m.npz")), 0)
     assert d.multilabel and d.num_classes == 2 and d.y_train.dtype == torch.float32
     np.savez(tmp_path / "bad.npz", x=np.zeros((3, 4)))
     with pytest.raises(DataFormatError) as e:
-        load_dataset(DataConfig(name="npz", path=str(tmp_path / "bad.npz")), 0)
+        load_dataset(data_config(name="npz", path=str(tmp_path / "bad.npz")), 0)
     assert "bad.npz" in str(e.value) and "'y'" in str(e.value) and "its arrays: x" in str(e.value)
     np.savez(tmp_path / "half.npz", x=np.zeros((3, 4)), y=np.zeros(3, int), x_test=np.zeros((1, 4)))
     with pytest.raises(DataFormatError, match="x_test and y_test go together"):
-        load_dataset(DataConfig(name="npz", path=str(tmp_path / "half.npz")), 0)
+        load_dataset(data_config(name="npz", path=str(tmp_path / "half.npz")), 0)
     with pytest.raises(DataFormatError, match=r"no array 'user' \(data.client_column\)"):
-        load_dataset(DataConfig(name="npz", path=str(tmp_path / "m.npz"), client_column="user"), 0)
+        load_dataset(data_config(name="npz", path=str(tmp_path / "m.npz"), client_column="user"), 0)
 
 
 # ----------------------------------------------------------------------------------------------- imagefolder
@@ -170,7 +170,7 @@ def test_imagefolder_with_a_domain_level(tmp_path):
     write_png(root / "Art" / "cat" / "2.png", 40)
     write_png(root / "Clipart" / "cat" / "3.jpg.png", 200)
     (root / "Clipart" / "cat" / "notes.txt").write_text("not an image")
-    d = load_dataset(DataConfig(name="imagefolder", path=str(root), folder_levels=["domain"], cache=False,
+    d = load_dataset(data_config(name="imagefolder", path=str(root), folder_levels=["domain"], cache=False,
                                 meta_columns=["domain"], client_column="domain", standardize=False), 0)
     assert d.class_names == ["cat", "dog"] and d.num_classes == 2
     # sorted walk: Art/cat/2, Art/dog/1, Clipart/cat/3
@@ -178,7 +178,7 @@ def test_imagefolder_with_a_domain_level(tmp_path):
     assert d.x_train[1, :, 0, 0].tolist() == pytest.approx([10 / 255, 20 / 255, 30 / 255])
     assert d.x_train[2].unique().tolist() == pytest.approx([200 / 255])
     assert d.meta["domain"].tolist() == [0, 0, 1] and d.client_ids.tolist() == [0, 0, 1]
-    grey = load_dataset(DataConfig(name="imagefolder", path=str(root), folder_levels=["domain"], grey=True,
+    grey = load_dataset(data_config(name="imagefolder", path=str(root), folder_levels=["domain"], grey=True,
                                    image_size=2, cache=False), 0)
     assert grey.x_train.shape == (3, 1, 2, 2)
     # standardised per channel with the pool's statistics
@@ -192,18 +192,18 @@ def test_imagefolder_index_file_test_folder_and_errors(tmp_path):
     write_png(test / "b" / "9.png", 90)
     write_csv(tmp_path / "index.csv", ["path", "writer"], [["a/0.png", "w2"], ["b/1.png", "w1"], ["a/2.png", "w1"],
                                                             ["b/3.png", "w2"]])
-    d = load_dataset(DataConfig(name="imagefolder", path=str(root), test_path=str(test), client_column="writer",
+    d = load_dataset(data_config(name="imagefolder", path=str(root), test_path=str(test), client_column="writer",
                                 index_file=str(tmp_path / "index.csv"), cache=False), 0)
     # order a/0, a/2, b/1, b/3 -> writers w2, w1, w1, w2
     assert d.y_train.tolist() == [0, 0, 1, 1] and d.client_ids.tolist() == [1, 0, 0, 1]
     assert d.y_test.tolist() == [1] and d.client_ids_test is None
     with pytest.raises(DataFormatError, match=r"gives no column 'user' \(data.client_column\)"):
-        load_dataset(DataConfig(name="imagefolder", path=str(root), client_column="user"), 0)
+        load_dataset(data_config(name="imagefolder", path=str(root), client_column="user"), 0)
     write_png(root / "b" / "big.png", 0, size=(5, 5))
     with pytest.raises(DataFormatError, match=r"big.png is 5x5, the first image 4x3; set data.image_size"):
-        load_dataset(DataConfig(name="imagefolder", path=str(root), cache=False), 0)
+        load_dataset(data_config(name="imagefolder", path=str(root), cache=False), 0)
     with pytest.raises(DataUnavailableError, match="does not exist"):
-        load_dataset(DataConfig(name="imagefolder", path=str(tmp_path / "nowhere")), 0)
+        load_dataset(data_config(name="imagefolder", path=str(tmp_path / "nowhere")), 0)
 
 
 def test_imagefolder_pixels_are_cached_by_content_and_settings(tmp_path, monkeypatch):
@@ -213,15 +213,15 @@ def test_imagefolder_pixels_are_cached_by_content_and_settings(tmp_path, monkeyp
     for i in range(3):
         write_png(root / f"c{i % 2}" / f"{i}.png", 50 * i)
     cfg = dict(name="imagefolder", path=str(root), cache_dir=str(cache))
-    first = load_dataset(DataConfig(**cfg), 0)
+    first = load_dataset(data_config(**cfg), 0)
     assert len(list(cache.glob("imagefolder-s0-RGB-z1-*"))) == 1
     monkeypatch.setattr(user_files, "_read_image", lambda *a: pytest.fail("decoded again"))
-    again = load_dataset(DataConfig(**cfg), 0)
+    again = load_dataset(data_config(**cfg), 0)
     assert torch.equal(first.x_train, again.x_train) and torch.equal(first.y_train, again.y_train)
     monkeypatch.undo()
-    load_dataset(DataConfig(**cfg, image_size=2), 0)  # other settings: another entry
+    load_dataset(data_config(**cfg, image_size=2), 0)  # other settings: another entry
     write_png(root / "c0" / "0.png", 77)  # other pixels: another entry
-    changed = load_dataset(DataConfig(**cfg), 0)
+    changed = load_dataset(data_config(**cfg), 0)
     assert len(list(cache.iterdir())) == 3 and not torch.equal(changed.x_train, first.x_train)
 
 
@@ -237,7 +237,7 @@ def natural_rows() -> list[list]:
 def test_natural_partition_keeps_the_clients_exactly(tmp_path):
     path = write_csv(tmp_path / "t.csv", ["client", "f", "label"], natural_rows())
     d = load_dataset(table_cfg(path, client_column="client"), 0)
-    fed = build_federation(d, PartitionConfig(name="natural", train_fraction=0.6, test_fraction=0.4), seed=3)
+    fed = build_federation(d, partition_config(name="natural", train_fraction=0.6, test_fraction=0.4), seed=3)
     # one client per id, in id order (a, b, c, d), holding exactly its rows
     assert fed.num_clients == 4
     assert [sorted(c.all().tolist()) for c in fed.clients] == [[1, 5, 9], [3, 8], [0, 2, 4, 7, 10], [6]]
@@ -245,15 +245,15 @@ def test_natural_partition_keeps_the_clients_exactly(tmp_path):
     assert [len(c.test) for c in fed.clients] == [1, 1, 2, 0] and [len(c.train) for c in fed.clients] == [2, 1, 3, 1]
     assert fed.meta["natural_client_ids"].tolist() == [0, 1, 2, 3] and fed.meta["dropped_samples"] == 0
     # at least 3 samples: a and c remain; at most one client: one of them, the same for the same seed
-    fed3 = build_federation(d, PartitionConfig(name="natural", natural_min_samples=3), seed=3)
+    fed3 = build_federation(d, partition_config(name="natural", min_samples=3), seed=3)
     assert [sorted(c.all().tolist()) for c in fed3.clients] == [[1, 5, 9], [0, 2, 4, 7, 10]]
     assert fed3.meta["dropped_samples"] == 3
-    one = [build_federation(d, PartitionConfig(name="natural", natural_min_samples=3, natural_max_clients=1), seed=s)
+    one = [build_federation(d, partition_config(name="natural", min_samples=3, max_clients=1), seed=s)
            for s in range(6)]
     picks = {tuple(f.meta["natural_client_ids"].tolist()) for f in one}
     assert picks == {(0,), (2,)}  # both can be drawn, only those two
     assert all(f.num_clients == 1 for f in one)
-    again = build_federation(d, PartitionConfig(name="natural", natural_min_samples=3, natural_max_clients=1), seed=4)
+    again = build_federation(d, partition_config(name="natural", min_samples=3, max_clients=1), seed=4)
     assert again.meta["natural_client_ids"].tolist() == one[4].meta["natural_client_ids"].tolist()
 
 
@@ -262,7 +262,7 @@ def test_natural_partition_takes_test_splits_from_the_official_test_set(tmp_path
     test = write_csv(tmp_path / "test.csv", ["client", "f", "label"],
                      [["b", 1.0, 0], ["a", 2.0, 1], ["b", 3.0, 1], ["z", 4.0, 0]])
     d = load_dataset(table_cfg(path, test_path=str(test), client_column="client"), 0)
-    fed = build_federation(d, PartitionConfig(name="natural"), seed=0)  # auto: the test set has client ids
+    fed = build_federation(d, partition_config(name="natural"), seed=0)  # auto: the test set has client ids
     n = 11
     assert fed.meta["natural_test"] == "official" and len(fed.x) == n + 4
     # a: test row 1; b: test rows 0 and 2; c, d: none; z (no training client) is no client
@@ -271,7 +271,7 @@ def test_natural_partition_takes_test_splits_from_the_official_test_set(tmp_path
         [1, 5, 9], [3, 8], [0, 2, 4, 7, 10], [6]]
     assert fed.meta["test_samples_without_client"] == 1
     assert torch.equal(fed.x[fed.clients[1].test], d.x_test[[0, 2]]) and fed.x_global_test is d.x_test
-    split = build_federation(d, PartitionConfig(name="natural", natural_test="split"), seed=0)
+    split = build_federation(d, partition_config(name="natural", test="split"), seed=0)
     assert len(split.x) == n and split.meta["natural_test"] == "split"
 
 
@@ -308,14 +308,14 @@ def test_a_natural_run_logs_its_real_number_of_clients_and_keeps_its_hash(tmp_pa
 
 
 def test_natural_partition_needs_client_ids():
-    d = load_dataset(DataConfig(name="digits"), 0)
+    d = load_dataset(data_config(name="digits"), 0)
     with pytest.raises(ConfigError) as e:
-        build_federation(d, PartitionConfig(name="natural"), seed=0)
+        build_federation(d, partition_config(name="natural"), seed=0)
     assert "partition.name='natural'" in str(e.value) and "data.client_column" in str(e.value)
     assert "\n" not in str(e.value)
-    with pytest.raises(ConfigError, match="natural_test='official'"):
+    with pytest.raises(ConfigError, match="test='official'"):
         d.client_ids = np.zeros(len(d.y_train), dtype=np.int64)
-        build_federation(d, PartitionConfig(name="natural", natural_test="official"), seed=0)
+        build_federation(d, partition_config(name="natural", test="official"), seed=0)
 
 
 # -------------------------------------------------------------------------------------------- metadata partition
@@ -344,8 +344,8 @@ def chexpert_like(n: int = 64) -> torch.Tensor:
 @pytest.mark.parametrize("assign", ["random", "balanced"])
 def test_metadata_partition_plants_one_distribution_per_level_combination(assign):
     d = chexpert_like()
-    cfg = PartitionConfig(name="metadata", num_clients=8, num_unseen_clients=3, meta_columns=["view", "age"],
-                          meta_bins={"age": [50]}, meta_assign=assign)
+    cfg = partition_config(name="metadata", num_clients=8, num_unseen_clients=3, columns=["view", "age"],
+                          bins={"age": [50]}, assign=assign)
     fed = build_federation(d, cfg, seed=1)
     group, _ = metadata_groups(d.meta, ["view", "age"], {"age": [50]})
     true, unseen = fed.meta["distribution"], fed.meta["unseen_distribution"]
@@ -369,16 +369,16 @@ def test_metadata_partition_plants_one_distribution_per_level_combination(assign
 
 def test_metadata_partition_samples_per_client_and_errors():
     d = chexpert_like()
-    fed = build_federation(d, PartitionConfig(name="metadata", num_clients=4, meta_columns=["sex"],
-                                              samples_per_client=5, meta_assign="balanced"), seed=0)
+    fed = build_federation(d, partition_config(name="metadata", num_clients=4, columns=["sex"],
+                                              samples_per_client=5, assign="balanced"), seed=0)
     assert [len(c.all()) for c in fed.clients] == [5, 5, 5, 5] and fed.meta["num_distributions"] == 2
     with pytest.raises(ConfigError, match=r"samples_per_client=20 times 2 clients of distribution"):
-        build_federation(d, PartitionConfig(name="metadata", num_clients=4, meta_columns=["sex"],
-                                            samples_per_client=20, meta_assign="balanced"), seed=0)
+        build_federation(d, partition_config(name="metadata", num_clients=4, columns=["sex"],
+                                            samples_per_client=20, assign="balanced"), seed=0)
     with pytest.raises(ConfigError, match=r"choose among its metadata columns: age, sex, view"):
-        build_federation(d, PartitionConfig(name="metadata", meta_columns=["domain"]), seed=0)
-    with pytest.raises(ConfigError, match="partition.meta_bins.age cuts a column not in"):
-        build_federation(d, PartitionConfig(name="metadata", meta_columns=["view"], meta_bins={"age": [50]}), seed=0)
+        build_federation(d, partition_config(name="metadata", columns=["domain"]), seed=0)
+    with pytest.raises(ConfigError, match="partition.bins.age cuts a column not in"):
+        build_federation(d, partition_config(name="metadata", columns=["view"], bins={"age": [50]}), seed=0)
 
 
 def test_metadata_partition_planted_ids_reach_ari_and_the_test_phase(tmp_path):
@@ -394,8 +394,8 @@ def test_metadata_partition_planted_ids_reach_ari_and_the_test_phase(tmp_path):
     path = write_csv(tmp_path / "t.csv", ["group", "a", "b", "label"], rows)
     cfg = load_config(None, [
         "data.name=table", f"data.path={path}", "data.meta_columns=[group]", "partition.name=metadata",
-        "partition.meta_columns=[group]", "partition.num_clients=6", "partition.num_unseen_clients=2",
-        "partition.meta_assign=balanced", "algorithm.name=flux_prior", "model.name=mlp", "model.hidden=[8]",
+        "partition.columns=[group]", "partition.num_clients=6", "partition.num_unseen_clients=2",
+        "partition.assign=balanced", "algorithm.name=flux_prior", "model.name=mlp", "model.hidden=[8]",
         "federation.rounds=3", "federation.client_fraction=1.0", "federation.batch_size=16",
         "tracking.enabled=false"])
     p = prepare(cfg)
@@ -447,18 +447,18 @@ def test_flplat_run_names_the_file_and_the_missing_column(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override,key", [
-    ("partition.natural_test=both", "partition.natural_test"),
-    ("partition.meta_assign=even", "partition.meta_assign"),
-    ("partition.natural_min_samples=0", "partition.natural_min_samples"),
-    ("partition.meta_bins.age=[60,50]", "partition.meta_bins.age"),
-    ("data.categorical=hash", "data.categorical"),
-    ("data.image_size=-1", "data.image_size"),
+    ("partition.name=natural partition.test=both", "partition.test"),
+    ("partition.name=metadata partition.columns=[view] partition.assign=even", "partition.assign"),
+    ("partition.name=natural partition.min_samples=0", "partition.min_samples"),
+    ("partition.name=metadata partition.columns=[age] partition.bins.age=[60,50]", "partition.bins.age"),
+    ("data.name=table data.categorical=hash", "data.categorical"),
+    ("data.name=imagefolder data.image_size=-1", "data.image_size"),
 ])
 def test_new_keys_are_validated(override, key):
     from flplat.experiment import load_config
 
     with pytest.raises(ConfigError) as e:
-        load_config(None, [override])
+        load_config(None, override.split())
     assert key in str(e.value) and "\n" not in str(e.value)
-    with pytest.raises(ConfigError, match="partition.meta_columns"):
+    with pytest.raises(ConfigError, match="partition.columns"):
         load_config(None, ["partition.name=metadata"])

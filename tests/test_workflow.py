@@ -134,8 +134,8 @@ def test_run_name_partition_parameters():
     base = {"algorithm.name": "ifca", "data.name": "mnist", "seed": 3}
     assert run_name({**base, "partition.name": "similarity", "partition.similarity": 0.0}) == \
         "ifca mnist similarity S=0 seed=3"
-    assert run_name({**base, "partition.name": "shift", "partition.shift_type": "label",
-                     "partition.shift_level": 2}) == "ifca mnist shift label level=2 seed=3"
+    assert run_name({**base, "partition.name": "shift", "partition.type": "label",
+                     "partition.level": 2}) == "ifca mnist shift label level=2 seed=3"
     assert run_name({**base, "partition.name": "iid"}) == "ifca mnist iid seed=3"
 
 
@@ -248,7 +248,7 @@ def test_global_model_saved_loaded_and_evaluated(store):
     with pytest.raises(ConfigError, match="available: global"):
         evaluate_run(run_id, which="cluster", index=0, store_dir=str(root))
     with pytest.raises(ConfigError, match="inputs"):
-        evaluate_run(run_id, overrides=["data.synthetic_features=5"], store_dir=str(root))
+        evaluate_run(run_id, overrides=["data.features=5"], store_dir=str(root))
 
 
 def test_cluster_and_personal_models(tmp_path):

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flplat.config import PartitionConfig  # noqa: E402
+from flplat.data.registry import partition_config  # noqa: E402
 from flplat.metrics.noniid import noniid_summary  # noqa: E402
 
 METRICS = ("wpsi", "hellinger", "jsd", "emd")
@@ -71,13 +71,13 @@ def stats(counts: np.ndarray) -> dict[str, float]:
 
 
 def flplat_counts(labels, name: str, value: float, k: int, seed: int, c: int) -> np.ndarray:
-    from flplat.data.partitions import PARTITIONS
+    from flplat.data.partitions import partition
 
-    key = "alpha" if name == "dirichlet" else "similarity"
     # the redraw cap far above what these settings need: the rule compared is the paper's (redraw while a client
     # holds fewer than 10 samples), not flplat's safety cap
-    cfg = PartitionConfig(name=name, num_clients=k, min_samples=10, max_retries=100_000, **{key: value})
-    return counts_of(PARTITIONS[name](labels, cfg, np.random.default_rng(seed)), labels, c)
+    keys = {"alpha": value, "min_samples": 10, "max_retries": 100_000} if name == "dirichlet" else {"similarity": value}
+    cfg = partition_config(name=name, num_clients=k, **keys)
+    return counts_of(partition(labels, cfg, np.random.default_rng(seed)), labels, c)
 
 
 def fedartml_counts(split, labels, name: str, value: float, k: int, seed: int, c: int) -> np.ndarray:
@@ -112,8 +112,8 @@ def same_draws(labels, split, value: float, k: int, seed: int) -> bool:
     """flplat's dirichlet() fed FedArtML's random stream gives FedArtML's partition (client by client)."""
     from flplat.data.partitions import dirichlet
 
-    cfg = PartitionConfig(name="dirichlet", num_clients=k, alpha=value, min_samples=10, max_retries=100_000)
-    ours = dirichlet(labels, cfg, FedArtMLStream(seed))
+    cfg = partition_config(name="dirichlet", num_clients=k, alpha=value, min_samples=10, max_retries=100_000)
+    ours = dirichlet(labels, cfg, FedArtMLStream(seed)).clients
     _, _, idx, _ = split.dirichlet_method(labels, k, alpha=value, random_state=seed)
     return all(np.array_equal(a, np.sort(np.asarray(b, dtype=np.int64))) for a, b in zip(ours, idx))
 

@@ -11,7 +11,7 @@ parsing, is the same as with all distinct ones; writing is fast). The files take
 
 ``measure DIR`` loads them with flplat's FEMNIST loader in a fresh process and prints its peak resident memory
 (``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``), the time and the shapes; ``--first-files K`` loads only the
-first K files (through symlinks in a temporary directory), ``--classes`` sets ``data.femnist.classes`` (``all``: the
+first K files (through symlinks in a temporary directory), ``--classes`` sets ``data.classes`` (``all``: the
 62 classes; default: the loader's default, ``a``-``j``). The loader is the ``flplat`` that ``PYTHONPATH`` selects, so
 two checkouts can be compared::
 
@@ -94,7 +94,7 @@ print(base, f"{time.perf_counter() - t0:.1f}", tuple(ds.x_train.shape), ds.num_c
 
 
 def measure(root: Path, first_files: int, classes: str | None) -> None:
-    over = [] if classes is None else [f"data.femnist.classes={'[]' if classes == 'all' else '[' + classes + ']'}"]
+    over = [] if classes is None else [f"data.classes={'[]' if classes == 'all' else '[' + classes + ']'}"]
     with tempfile.TemporaryDirectory() as tmp:
         src = root / "femnist" / "data" / "all_data"
         if first_files:

@@ -50,9 +50,9 @@ def cmd_partition_stats(args) -> int:
     from flplat.metrics.noniid import client_metrics, noniid_summary
     from flplat.protocol.seeding import derive_seed
 
-    overrides = [f"data.name={args.dataset}", f"partition.name={args.partition}", f"partition.alpha={args.alpha}",
-                 f"partition.similarity={args.similarity}", f"partition.num_clients={args.clients}",
-                 f"seed={args.seed}"]
+    own = {"dirichlet": [f"partition.alpha={args.alpha}"], "similarity": [f"partition.similarity={args.similarity}"]}
+    overrides = [f"data.name={args.dataset}", f"partition.name={args.partition}", *own.get(args.partition, []),
+                 f"partition.num_clients={args.clients}", f"seed={args.seed}"]
     if args.data_root:
         overrides.append(f"data.root={args.data_root}")
     cfg = load_config(None, overrides)

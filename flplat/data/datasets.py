@@ -18,7 +18,8 @@ Sources
     (``train``, ``test``, ``meta``; the 100 fine labels). Read with pickle + numpy through an unpickler that only
     admits numpy arrays, so torchvision is not needed to read them. 50,000 train + 10,000 test 32x32 RGB images.
 ``synthetic``
-    A Gaussian mixture generated from ``data.synthetic_*`` and the experiment seed (see :func:`load_synthetic`).
+    A Gaussian mixture generated from ``data.samples`` / ``features`` / ``classes`` / ``separation`` and the
+    experiment seed (see :func:`load_synthetic`).
 ``acs_income``, ``serengeti`` (:mod:`flplat.data.tabular`), ``sent140``, ``amazon_reviews`` (:mod:`flplat.data.text`:
 token ids, int64 ``x``), ``femnist`` (:mod:`flplat.data.leaf`), ``chexpert`` (:mod:`flplat.data.medical`: multi-label),
 ``office_home`` (:mod:`flplat.data.officehome`)
@@ -32,21 +33,21 @@ token ids, int64 ``x``), ``femnist`` (:mod:`flplat.data.leaf`), ``chexpert`` (:m
 
 Where the files of ``mnist`` / ``fmnist`` / ``cifar10`` / ``cifar100`` are looked for (``data.root``,
 ``$FLPLAT_DATA``, ``../shared/data``, ...), when they are downloaded, and the decoded cache (``data.cache``,
-``data.cache_dir``) are :mod:`flplat.data.files`' part; this module is the registry (:data:`DATASETS`,
-:func:`register_dataset`, :func:`load_dataset`, :func:`subsample`), the generated datasets and the registered
-names. Every name of :mod:`flplat.data.files` is re-exported here so its import paths keep working; a
-monkeypatch must target :mod:`flplat.data.files` to reach the code.
+``data.cache_dir``) are :mod:`flplat.data.files`' part; this module loads a dataset (:func:`load_dataset`,
+:func:`subsample`) and registers the generated datasets and the file-backed image sets. Each other dataset
+registers itself in its own module, with its keys (:mod:`flplat.data.registry`: ``data.NAME`` checked as
+``model.*`` is); importing this module imports them all. Every name of :mod:`flplat.data.files` is re-exported here
+so its import paths keep working; a monkeypatch must target :mod:`flplat.data.files` to reach the code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from flplat.config import DataConfig
-from flplat.data import leaf, medical, officehome, tabular, text
 from flplat.data.containers import Dataset
 from flplat.data.files import (  # noqa: F401 (re-exports: these were defined here before the split)
     _CIFAR_LAYOUT,
@@ -79,8 +80,8 @@ from flplat.data.files import (  # noqa: F401 (re-exports: these were defined he
     log,
 )
 from flplat.data.formats import DataFormatError, read_cifar_batches, read_idx, read_pickle  # noqa: F401
-from flplat.errors import ConfigError
-from flplat.protocol.registry import add
+from flplat.data.registry import DATASETS, data_config, load_builtins, register_dataset
+from flplat.errors import check_range
 
 __all__ = [
     "DATASETS",
@@ -97,29 +98,13 @@ __all__ = [
 ]
 
 
-DatasetLoader = Callable[[DataConfig, int], Dataset]
-DATASETS: dict[str, DatasetLoader] = {}
-
-
-# --------------------------------------------------------------------------------------------------- registry
-
-
-def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
-    """Decorator: register ``fn(cfg: DataConfig, seed: int) -> Dataset`` under ``name`` in :data:`DATASETS`."""
-
-    def deco(fn: DatasetLoader) -> DatasetLoader:
-        add("dataset", DATASETS, name, fn, getattr(fn, "__module__", None))
-        return fn
-
-    return deco
-
-
-def load_dataset(cfg: DataConfig, seed: int) -> Dataset:
-    """Load the dataset named ``cfg.name``; raises :class:`ConfigError` (listing valid names) for an unknown name."""
-    if cfg.name not in DATASETS:
-        raise ConfigError(f"data.name={cfg.name!r} is not valid; choose one of: {', '.join(sorted(DATASETS))}")
-    ds = DATASETS[cfg.name](cfg, seed)
-    n_train, n_test = getattr(cfg, "max_train_samples", 0), getattr(cfg, "max_test_samples", 0)
+def load_dataset(cfg: Any, seed: int) -> Dataset:
+    """Load the dataset named ``cfg.name`` (``cfg``: the validated ``data`` section, or a mapping / object with its
+    keys; checked as a config is: an unknown name or key is a :class:`~flplat.errors.ConfigError`), subsampled by
+    ``max_train_samples`` / ``max_test_samples``."""
+    cfg = data_config(cfg)
+    ds = DATASETS[cfg.name].load(cfg, seed)
+    n_train, n_test = int(cfg.max_train_samples), int(cfg.max_test_samples)
     return subsample(ds, n_train, n_test, seed) if n_train or n_test else ds
 
 
@@ -157,7 +142,7 @@ def subsample(ds: Dataset, max_train: int, max_test: int, seed: int) -> Dataset:
 
 
 @register_dataset("digits")
-def load_digits(cfg: DataConfig, seed: int) -> Dataset:
+def load_digits(cfg: Any, seed: int) -> Dataset:
     """scikit-learn's bundled 8x8 digits: x (1797, 1, 8, 8), 10 classes, no official test set."""
     from sklearn.datasets import load_digits as sk_load_digits
 
@@ -175,19 +160,35 @@ def load_digits(cfg: DataConfig, seed: int) -> Dataset:
 # --------------------------------------------------------------------------------------------------- synthetic
 
 
-@register_dataset("synthetic")
-def load_synthetic(cfg: DataConfig, seed: int) -> Dataset:
+@dataclass
+class SyntheticConfig:
+    """``synthetic``: a Gaussian-mixture classification task."""
+
+    samples: int = 2000
+    features: int = 20
+    classes: int = 10
+    separation: float = 2.0
+
+    def check(self) -> None:
+        check_range(self.samples >= 2, "data.samples", self.samples, "an integer >= 2")
+        check_range(self.features >= 1, "data.features", self.features, "an integer >= 1")
+        check_range(self.classes >= 2, "data.classes", self.classes, "an integer >= 2")
+        check_range(self.separation >= 0, "data.separation", self.separation, "a number >= 0")
+
+
+@register_dataset("synthetic", SyntheticConfig)
+def load_synthetic(cfg: Any, seed: int) -> Dataset:
     """A Gaussian-mixture classification task, deterministic in ``seed``.
 
-    Class means are drawn from ``N(0, separation^2 I)`` in ``synthetic_features`` dimensions and every sample is
-    its class mean plus ``N(0, I)`` noise, so ``separation`` is measured in noise standard deviations. Labels are
-    balanced (class ``i % C``, shuffled). ``synthetic_samples`` samples form the train pool; an extra 20%
-    (at least one) form the official test set. Features are not rescaled.
+    Class means are drawn from ``N(0, separation^2 I)`` in ``features`` dimensions and every sample is its class
+    mean plus ``N(0, I)`` noise, so ``separation`` is measured in noise standard deviations. Labels are balanced
+    (class ``i % C``, shuffled). ``samples`` samples form the train pool; an extra 20% (at least one) form the
+    official test set. Features are not rescaled.
     """
-    n, f, c = int(cfg.synthetic_samples), int(cfg.synthetic_features), int(cfg.synthetic_classes)
+    n, f, c = int(cfg.samples), int(cfg.features), int(cfg.classes)
     n_test = max(1, round(0.2 * n))
     rng = np.random.default_rng(seed)
-    means = rng.normal(0.0, float(cfg.synthetic_separation), size=(c, f))
+    means = rng.normal(0.0, float(cfg.separation), size=(c, f))
     y = rng.permutation(np.arange(n + n_test) % c)
     x = (means[y] + rng.standard_normal((n + n_test, f))).astype(np.float32)
     return Dataset(
@@ -205,32 +206,42 @@ def load_synthetic(cfg: DataConfig, seed: int) -> Dataset:
 
 
 @register_dataset("mnist")
-def load_mnist(cfg: DataConfig, seed: int) -> Dataset:
+def load_mnist(cfg: Any, seed: int) -> Dataset:
     """MNIST digits: x (60000, 1, 28, 28) + official test set (10000, 1, 28, 28), 10 classes."""
     return load_idx_dataset(cfg, "mnist")
 
 
 @register_dataset("fmnist")
-def load_fmnist(cfg: DataConfig, seed: int) -> Dataset:
+def load_fmnist(cfg: Any, seed: int) -> Dataset:
     """Fashion-MNIST: x (60000, 1, 28, 28) + official test set (10000, 1, 28, 28), 10 classes."""
     return load_idx_dataset(cfg, "fmnist")
 
 
 @register_dataset("cifar10")
-def load_cifar10(cfg: DataConfig, seed: int) -> Dataset:
+def load_cifar10(cfg: Any, seed: int) -> Dataset:
     """CIFAR-10: x (50000, 3, 32, 32) + official test set (10000, 3, 32, 32), 10 classes."""
     return load_cifar(cfg, "cifar10")
 
 
-@register_dataset("cifar100")
-def load_cifar100(cfg: DataConfig, seed: int) -> Dataset:
+@dataclass
+class CIFAR100Config:
+    """``cifar100``: keep the first n fine classes (DA-PFL Table II: 20); 0: all 100."""
+
+    classes: int = 0
+
+    def check(self) -> None:
+        check_range(0 <= self.classes <= 100, "data.classes", self.classes, "an integer in [0, 100]")
+
+
+@register_dataset("cifar100", CIFAR100Config)
+def load_cifar100(cfg: Any, seed: int) -> Dataset:
     """CIFAR-100 (fine labels): x (50000, 3, 32, 32) + official test set (10000, 3, 32, 32), 100 classes.
 
-    ``data.cifar100_classes=n`` (> 0) keeps only the images of the first ``n`` fine classes (labels 0..n-1), in
-    both splits: DA-PFL §V-A, "Following the setting in [63], we select the first 20 classes for training and
-    testing" (n = 20: 10,000 + 2,000 images)."""
+    ``data.classes=n`` (> 0) keeps only the images of the first ``n`` fine classes (labels 0..n-1), in both
+    splits: DA-PFL §V-A, "Following the setting in [63], we select the first 20 classes for training and testing"
+    (n = 20: 10,000 + 2,000 images)."""
     ds = load_cifar(cfg, "cifar100")
-    k = int(getattr(cfg, "cifar100_classes", 0) or 0)
+    k = int(cfg.classes)
     if not 0 < k < ds.num_classes:
         return ds
     keep, keep_test = ds.y_train < k, ds.y_test < k
@@ -239,73 +250,4 @@ def load_cifar100(cfg: DataConfig, seed: int) -> Dataset:
                    class_names=ds.class_names[:k] if ds.class_names else None)
 
 
-# ------------------------------------------------------------- the papers' other datasets (no download: files only)
-
-
-@register_dataset("acs_income")
-def load_acs_income(cfg: DataConfig, seed: int) -> Dataset:
-    """folktables' ACSIncome on ACS PUMS person CSVs (Clust-PSI-PFL Table I): x (N, 10), 2 classes."""
-    return tabular.load_acs_income(cfg)
-
-
-@register_dataset("serengeti")
-def load_serengeti(cfg: DataConfig, seed: int) -> Dataset:
-    """Snapshot Serengeti's consensus table (Clust-PSI-PFL Table I): x (N, F), 13 species by default."""
-    return tabular.load_serengeti(cfg)
-
-
-@register_dataset("sent140")
-def load_sent140(cfg: DataConfig, seed: int) -> Dataset:
-    """Sent140 from LEAF's JSON or the Sentiment140 CSV: token ids (N, L), users as natural clients."""
-    return text.load_sent140(cfg)
-
-
-@register_dataset("amazon_reviews")
-def load_amazon_reviews(cfg: DataConfig, seed: int) -> Dataset:
-    """Amazon reviews (6 product categories by default, Clust-PSI-PFL Table I): token ids (N, L)."""
-    return text.load_amazon(cfg)
-
-
-@register_dataset("femnist")
-def load_femnist(cfg: DataConfig, seed: int) -> Dataset:
-    """FEMNIST from LEAF's JSON: x (N, 1, 28, 28), writers as natural clients, 10 letters by default (DA-PFL)."""
-    return leaf.load_femnist(cfg)
-
-
-@register_dataset("chexpert")
-def load_chexpert(cfg: DataConfig, seed: int) -> Dataset:
-    """CheXpert: grey x (N, 1, S, S), multi-label y (N, 14), view/sex/age metadata (Flux App. B.1)."""
-    return medical.load_chexpert(cfg)
-
-
-@register_dataset("office_home")
-def load_office_home(cfg: DataConfig, seed: int) -> Dataset:
-    """Office-Home: x (N, 3, S, S), 20 classes by default, meta['domain'] (Flux App. B.1)."""
-    return officehome.load_officehome(cfg)
-
-
-# ------------------------------------------------------------------------------ your own files (flplat.data.user_files)
-
-
-@register_dataset("imagefolder")
-def load_imagefolder(cfg: DataConfig, seed: int) -> Dataset:
-    """A folder of class sub-folders of images (``data.path``; optional named levels above the classes)."""
-    from flplat.data.user_files import load_imagefolder as load
-
-    return load(cfg)
-
-
-@register_dataset("npz")
-def load_npz(cfg: DataConfig, seed: int) -> Dataset:
-    """An ``.npz`` with arrays ``x``, ``y`` (optional ``x_test``, ``y_test``, client / metadata arrays)."""
-    from flplat.data.user_files import load_npz as load
-
-    return load(cfg)
-
-
-@register_dataset("table")
-def load_table(cfg: DataConfig, seed: int) -> Dataset:
-    """A CSV (or Parquet) table with a label column, feature columns and optional client / metadata columns."""
-    from flplat.data.user_files import load_table as load
-
-    return load(cfg)
+load_builtins()  # every module of flplat.data registers its entries (importing this module is enough)

@@ -1,11 +1,13 @@
-"""Partitions that keep groups the data already has: ``natural`` (its clients) and ``metadata`` (its domains).
+"""Partitions that keep groups the data already has: ``natural`` (its clients; keys ``partition.min_samples``,
+``max_clients``, ``test``: :class:`NaturalConfig`) and ``metadata`` (its domains; keys ``partition.columns``,
+``bins``, ``assign``, ``num_unseen_clients``, ``samples_per_client``: :class:`MetadataConfig`).
 
 ``natural`` -- naturally federated data (FEMNIST writers, a table's user column): every distinct
 ``Dataset.client_ids`` value is one client, holding exactly its samples. Clients with fewer than
-``partition.natural_min_samples`` pool samples are left out; ``partition.natural_max_clients`` > 0 keeps the
+``partition.min_samples`` pool samples are left out; ``partition.max_clients`` > 0 keeps the
 first N of a shuffle seeded by the partition seed. Clients are ordered by their id (the code of the sorted
 original values, see :mod:`flplat.data.user_files`); ``meta["natural_client_ids"]`` maps client k to it. The local
-splits: ``partition.natural_test=split`` cuts each client's samples into train / val / test by the usual
+splits: ``partition.test=split`` cuts each client's samples into train / val / test by the usual
 ``partition.*_fraction`` (:func:`~flplat.data.splits.split_client`); ``official`` takes a client's test split from
 the official test set (its samples whose ``client_ids_test`` is the client's; the pool and the test set are
 concatenated into one pool) and cuts its pool samples into train / val with val share
@@ -17,7 +19,7 @@ cuts every user's samples): each training client is cut by the usual fractions a
 user that is not a training client becomes an unseen test-only client holding all its test samples
 (``FederatedData.unseen``, Flux's test phase: ``test_phase_accuracy`` is the accuracy on users never trained on,
 ``known_association_accuracy`` the training clients' own), left out, like a training client, below
-``natural_min_samples``; a test user that is also a training client adds its test samples to that client's test
+``min_samples``; a test user that is also a training client adds its test samples to that client's test
 split. ``meta["num_unseen_clients"]`` and ``meta["unseen_client_ids"]`` say which. ``auto`` (default) is
 ``official`` when the official test set's client ids include a pool client's, ``users`` when it has client ids
 none of which does, else ``split``. The official test set stays the pooled global test set.
@@ -25,20 +27,20 @@ none of which does, else ``split``. The official test set stays the pooled globa
 the run logs that number as ``partition.num_clients``: :func:`flplat.experiment.fill_num_clients`).
 
 ``metadata`` -- Flux's real-world distributions (Fenoglio et al., App. B.1 and F.4, Table 59): each combination
-of levels of the metadata columns ``partition.meta_columns`` is one planted distribution. App. B.1 for CheXpert:
+of levels of the metadata columns ``partition.columns`` is one planted distribution. App. B.1 for CheXpert:
 "Low heterogeneity: 2 distributions based on ViewPosition (Frontal vs. Lateral). Medium heterogeneity: 4
 distributions based on ViewPosition and Age (<50 vs. >=50). High heterogeneity: 8 distributions based on
-ViewPosition, Age, and Sex (Male vs. Female)", i.e. ``meta_columns=[view]``, ``[view, age]`` and
-``[view, age, sex]`` with ``partition.meta_bins.age=[50]`` (the column names are the loader's; the authors'
-generator, public/generate_datasets_chexpert.py, cuts age at 60 instead: ``meta_bins.age=[60]``); for Office-Home
-"the four inherent domains of the dataset: Art, Clipart, Product, and Real-World" (``meta_columns=[domain]``).
-``partition.meta_bins`` cuts a numeric column at increasing points (``[50]``: level 0 ``< 50``, level 1
+ViewPosition, Age, and Sex (Male vs. Female)", i.e. ``columns=[view]``, ``[view, age]`` and
+``[view, age, sex]`` with ``partition.bins.age=[50]`` (the column names are the loader's; the authors'
+generator, public/generate_datasets_chexpert.py, cuts age at 60 instead: ``bins.age=[60]``); for Office-Home
+"the four inherent domains of the dataset: Art, Clipart, Product, and Real-World" (``columns=[domain]``).
+``partition.bins`` cuts a numeric column at increasing points (``[50]``: level 0 ``< 50``, level 1
 ``>= 50``); a column without cuts uses its values as levels. A sample with a missing value (``-1``) in a used
 column belongs to no distribution and is left out (``meta["dropped_samples"]``), as the authors' masks leave out
 CheXpert's unknown sex. Distribution ids are the observed level combinations in lexicographic order.
 
 Clients: ``partition.num_clients`` training clients and ``partition.num_unseen_clients`` test-only clients (Flux's
-test phase). ``partition.meta_assign=random`` (default): each training client draws a distribution uniformly, as
+test phase). ``partition.assign=random`` (default): each training client draws a distribution uniformly, as
 the authors' CheXpert generator does (``np.random.choice`` over the distribution bank), so a distribution may have
 no client; ``balanced``: the distributions are cycled over the clients and the order shuffled, as their Office-Home
 generator does (``itertools.cycle`` over the domains, then ``random.shuffle``). An unseen client takes a
@@ -62,18 +64,56 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from flplat.data.containers import ClientSplit, Dataset, FederatedData
+from flplat.data.containers import ClientSplit, Dataset, Partition
+from flplat.data.registry import register_partition
 from flplat.data.splits import InfeasiblePartitionError, split_client
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, check_choice, check_range
 
 log = logging.getLogger("flplat")
 
-GROUP_PARTITIONS = ("natural", "metadata")
+
+@dataclass
+class NaturalConfig:
+    """``natural``: every client id of the dataset is one client."""
+
+    min_samples: int = 1  # drop natural clients with fewer pool samples
+    max_clients: int = 0  # keep at most this many (the first of a seeded shuffle); 0: all
+    test: str = "auto"  # split (test_fraction) | official (client_ids_test) | users (test users unseen) | auto
+
+    def check(self) -> None:
+        check_range(self.min_samples >= 1, "partition.min_samples", self.min_samples, "an integer >= 1")
+        check_range(self.max_clients >= 0, "partition.max_clients", self.max_clients, "an integer >= 0 (0: all)")
+        check_choice("partition.test", self.test, ("auto", "split", "official", "users"))
+
+
+@dataclass
+class MetadataConfig:
+    """``metadata``: distributions = level combinations of dataset metadata columns."""
+
+    columns: list[str] = field(default_factory=list)  # e.g. [view, age, sex] (Flux CheXpert high, App. B.1)
+    bins: dict[str, list[float]] = field(default_factory=dict)  # cut points, e.g. {age: [50]}: <50 | >=50
+    assign: str = "random"  # random: each client draws a distribution | balanced: distributions cycled
+    num_unseen_clients: int = 0  # extra test-only clients drawn from the training clients' distributions
+    samples_per_client: int = 0  # samples dealt to each client (0: a distribution's samples split evenly)
+
+    def check(self) -> None:
+        check_range(len(self.columns) >= 1, "partition.columns", list(self.columns),
+                    "a non-empty list of the dataset's metadata columns, e.g. [view]")
+        for col, cuts in self.bins.items():
+            check_range(list(cuts) == sorted(cuts) and all(math.isfinite(c) for c in cuts), f"partition.bins.{col}",
+                        list(cuts), "increasing finite cut points, e.g. [50]")
+        check_choice("partition.assign", self.assign, ("random", "balanced"))
+        check_range(self.num_unseen_clients >= 0, "partition.num_unseen_clients", self.num_unseen_clients,
+                    "an integer >= 0")
+        check_range(self.samples_per_client >= 0, "partition.samples_per_client", self.samples_per_client,
+                    "an integer >= 0 (0: a distribution's samples split evenly)")
 
 
 def _num_labels(dataset: Dataset) -> int:
@@ -96,11 +136,11 @@ def natural_clients(client_ids: np.ndarray, min_samples: int, max_clients: int, 
 
 
 def _natural_test_mode(dataset: Dataset, cfg: Any) -> str:
-    """``partition.natural_test`` resolved: ``auto`` is ``official`` when the official test set's users include a
+    """``partition.test`` resolved: ``auto`` is ``official`` when the official test set's users include a
     pool user (LEAF's ``-t sample``), ``users`` when none does (``-t user``), ``split`` without test client ids."""
-    mode = str(cfg.natural_test)
+    mode = str(cfg.test)
     if mode in ("official", "users") and dataset.client_ids_test is None:
-        raise ConfigError(f"partition.natural_test={mode!r} needs the official test set's client ids, and data."
+        raise ConfigError(f"partition.test={mode!r} needs the official test set's client ids, and data."
                           f"name={dataset.name!r} has none; allowed: split, auto")
     if mode != "auto":
         return mode
@@ -134,11 +174,11 @@ def _official_federation(dataset: Dataset, cfg: Any, mode: str, kept: np.ndarray
         clients.append(sp)
     if mode == "official" and not any(len(c.test) for c in clients):
         raise InfeasiblePartitionError(
-            f"partition.natural_test='official' gives no client a test sample: none of the official test set's "
+            f"partition.test='official' gives no client a test sample: none of the official test set's "
             f"{len(tests)} users is one of the {len(kept)} kept clients (LEAF's -t user split puts whole users in "
-            "train or test); allowed: partition.natural_test=users (the test users become unseen test-only clients) "
+            "train or test); allowed: partition.test=users (the test users become unseen test-only clients) "
             "or split (each client's test split cut by partition.test_fraction)")
-    unseen_ids = [u for u, idx in tests.items() if mode == "users" and len(idx) >= int(cfg.natural_min_samples)]
+    unseen_ids = [u for u, idx in tests.items() if mode == "users" and len(idx) >= int(cfg.min_samples)]
     unseen = [ClientSplit(train=none, val=none, test=n + tests.pop(u)) for u in unseen_ids]
     meta = {"test_samples_without_client": int(sum(len(v) for v in tests.values()))}
     if mode == "users":
@@ -146,24 +186,26 @@ def _official_federation(dataset: Dataset, cfg: Any, mode: str, kept: np.ndarray
     return x, y, clients, unseen, meta
 
 
-def build_natural_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
-    """``partition.name=natural`` (module docstring); deterministic in ``seed``."""
+@register_partition("natural", NaturalConfig, multilabel=True)
+def natural_partition(dataset: Dataset, cfg: Any, seed: int) -> Partition:
+    """``partition.name=natural`` (module docstring); deterministic in ``seed``. Under ``test=split`` the builder
+    cuts the clients' splits (its streams are this module's ``split_ss``)."""
     if dataset.client_ids is None:
         raise ConfigError(f"partition.name='natural' needs the natural client of every sample, and data.name="
                           f"{dataset.name!r} has none; allowed: a dataset with client ids (imagefolder / npz / table "
                           "with data.client_column=...) or another partition.name")
     mode = _natural_test_mode(dataset, cfg)
     pick_ss, split_ss = np.random.SeedSequence(int(seed)).spawn(2)
-    kept, parts = natural_clients(dataset.client_ids, int(cfg.natural_min_samples), int(cfg.natural_max_clients),
+    kept, parts = natural_clients(dataset.client_ids, int(cfg.min_samples), int(cfg.max_clients),
                                   np.random.default_rng(pick_ss))
     n = _num_labels(dataset)
     if not len(kept):
         raise InfeasiblePartitionError(f"partition.name='natural' keeps no client: none of the "
                                        f"{len(np.unique(dataset.client_ids))} natural clients has "
-                                       f"partition.natural_min_samples={cfg.natural_min_samples} samples; lower it")
-    x, y, unseen, meta = dataset.x_train, dataset.y_train, [], {}
+                                       f"partition.min_samples={cfg.min_samples} samples; lower it")
+    x, y, unseen, meta = None, None, [], {}
     if mode == "split":
-        clients = [split_client(p, cfg, np.random.default_rng(s)) for p, s in zip(parts, split_ss.spawn(len(parts)))]
+        clients = list(parts)
     else:
         x, y, clients, unseen, meta = _official_federation(dataset, cfg, mode, kept, parts, split_ss)
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
@@ -173,14 +215,12 @@ def build_natural_federation(dataset: Dataset, cfg: Any, seed: int) -> Federated
                  "users": f"partition.test_fraction; the official test set's {len(unseen)} users are unseen "
                           "test-only clients"}[mode])
     meta = {
-        "partition": "natural", "num_clients": len(kept), "seed": int(seed), "pool_samples": n,
         "assigned_samples": int(sizes.sum()), "dropped_samples": int(n - sizes.sum()),
         "min_client_samples": int(sizes.min()), "max_client_samples": int(sizes.max()),
         "natural_clients": int(len(np.unique(dataset.client_ids))), "natural_client_ids": kept,
         "natural_test": mode, **meta,
     }
-    return FederatedData(x=x, y=y, num_classes=int(dataset.num_classes), clients=clients,
-                         x_global_test=dataset.x_test, y_global_test=dataset.y_test, meta=meta, unseen=unseen)
+    return Partition(clients=clients, unseen=unseen, x=x, y=y, meta=meta)
 
 
 # ----------------------------------------------------------------------------------------------------- metadata
@@ -224,28 +264,36 @@ def _assign(kind: str, choices: np.ndarray, count: int, rng: np.random.Generator
     return choices[rng.integers(len(choices), size=count)].astype(np.int64)
 
 
-def build_metadata_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
-    """``partition.name=metadata`` (module docstring); deterministic in ``seed``."""
-    columns = list(cfg.meta_columns)
+def _distributions_of(dataset: Dataset, cfg: Any) -> tuple[list[str], np.ndarray, list[str]]:
+    """The columns, each sample's distribution id and each id's description; one-line errors for columns the
+    dataset lacks and bins of columns not used."""
+    columns = list(cfg.columns)
     have = sorted(dataset.meta or {})
     missing = [c for c in columns if c not in have]
     if not columns or missing:
-        raise ConfigError(f"partition.meta_columns={columns} is not valid for data.name={dataset.name!r}; choose "
+        raise ConfigError(f"partition.columns={columns} is not valid for data.name={dataset.name!r}; choose "
                           f"among its metadata columns: {', '.join(have) or 'none (the dataset has no metadata)'}")
-    bins = {str(k): [float(c) for c in v] for k, v in dict(cfg.meta_bins).items()}
+    bins = {str(k): [float(c) for c in v] for k, v in dict(cfg.bins).items()}
     unknown = sorted(set(bins) - set(columns))
     if unknown:
-        raise ConfigError(f"partition.meta_bins.{unknown[0]} cuts a column not in partition.meta_columns={columns}")
+        raise ConfigError(f"partition.bins.{unknown[0]} cuts a column not in partition.columns={columns}")
     group, names = metadata_groups(dataset.meta, columns, bins)
     if not names:
-        raise InfeasiblePartitionError(f"partition.meta_columns={columns}: every sample of data.name={dataset.name!r} "
+        raise InfeasiblePartitionError(f"partition.columns={columns}: every sample of data.name={dataset.name!r} "
                                        "misses a level (-1) of one of them; no distribution to deal")
+    return columns, group, names
+
+
+@register_partition("metadata", MetadataConfig, plants=True, multilabel=True)
+def metadata_partition(dataset: Dataset, cfg: Any, seed: int) -> Partition:
+    """``partition.name=metadata`` (module docstring); deterministic in ``seed``."""
+    columns, group, names = _distributions_of(dataset, cfg)
     k, q, per = int(cfg.num_clients), int(cfg.num_unseen_clients), int(cfg.samples_per_client)
     assign_ss, deal_ss, split_ss = np.random.SeedSequence(int(seed)).spawn(3)
     arng = np.random.default_rng(assign_ss)
-    which = _assign(str(cfg.meta_assign), np.arange(len(names)), k, arng)
+    which = _assign(str(cfg.assign), np.arange(len(names)), k, arng)
     used = np.unique(which)
-    unseen_which = _assign(str(cfg.meta_assign), used, q, arng)
+    unseen_which = _assign(str(cfg.assign), used, q, arng)
     owner = np.concatenate([which, unseen_which])
     drng = np.random.default_rng(deal_ss)
     parts: list[np.ndarray] = [np.empty(0, np.int64)] * (k + q)
@@ -278,25 +326,11 @@ def build_metadata_federation(dataset: Dataset, cfg: Any, seed: int) -> Federate
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
     n = _num_labels(dataset)
     meta = {
-        "partition": "metadata", "num_clients": k, "num_unseen_clients": q, "seed": int(seed), "pool_samples": n,
-        "assigned_samples": int(sizes.sum()), "dropped_samples": int(n - sizes.sum()),
+        "num_unseen_clients": q, "assigned_samples": int(sizes.sum()), "dropped_samples": int(n - sizes.sum()),
         "missing_level_samples": int((group < 0).sum()),
         "min_client_samples": int(sizes[:k].min()), "max_client_samples": int(sizes[:k].max()),
-        "meta_columns": columns, "meta_assign": str(cfg.meta_assign),
-        "distribution": which.astype(np.int64), "unseen_distribution": unseen_which.astype(np.int64),
-        "num_distributions": int(len(used)), "num_candidate_distributions": len(names), "distributions": names,
+        "meta_columns": columns, "meta_assign": str(cfg.assign), "num_candidate_distributions": len(names),
+        "distributions": names,
     }
-    return FederatedData(x=dataset.x_train, y=dataset.y_train, num_classes=int(dataset.num_classes), clients=clients,
-                         x_global_test=dataset.x_test, y_global_test=dataset.y_test, meta=meta, unseen=unseen)
-
-
-def build_group_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
-    builder = build_natural_federation if cfg.name == "natural" else build_metadata_federation
-    return builder(dataset, cfg, seed)
-
-
-def needs_groups(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
-    """``PARTITIONS['natural' | 'metadata']``: these read the dataset's client ids / metadata, not the labels."""
-    raise ConfigError(f"partition.name={cfg.name!r} builds clients from the dataset's "
-                      f"{'client ids' if cfg.name == 'natural' else 'metadata columns'}, not the labels alone; "
-                      "use build_federation")
+    return Partition(clients=clients, unseen=unseen, distribution=which.astype(np.int64),
+                     unseen_distribution=unseen_which.astype(np.int64), meta=meta)

@@ -5,12 +5,12 @@ LEAF writes each split as JSON files ``{"users": [...], "num_samples": [...], "u
 (``all_data_0.json``, ...) before it. :func:`find_leaf_files` finds either (the split directories win; without them
 ``all_data`` is the pool and there is no official test set), in the directory itself or its ``data/``. LEAF's
 ``-t sample`` split cuts each user's samples (the test users are training users); ``-t user`` puts whole users in
-train or test (``partition.natural_test=users``: :mod:`flplat.data.group_partitions`).
+train or test (``partition.test=users``: :mod:`flplat.data.group_partitions`).
 
 FEMNIST: ``x`` is 784 floats (a 28x28 image, row-major, LEAF's values as they are: 1.0 is the white background)
 and ``y`` the class 0..61 (0-9 digits, 10-35 ``A``-``Z``, 36-61 ``a``-``z``). The writer becomes the natural client
 (``client_ids``, the same integer in both splits). DA-PFL §V-A: "Following the previous work [34], we select 10
-lowercase letters as the client dataset"; the paper does not name them, so ``data.femnist.classes`` keeps
+lowercase letters as the client dataset"; the paper does not name them, so ``data.classes`` keeps
 ``a``-``j`` by default (relabelled 0..9 in the listed order); an empty list keeps all 62 classes. ``x`` is float32
 ``(N, 1, 28, 28)``, not standardised.
 
@@ -26,20 +26,33 @@ from __future__ import annotations
 
 import json
 import string
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError
+from flplat.data.registry import register_dataset
 from flplat.data.sources import find_data
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, check_range
 
 FEMNIST_CHARS = string.digits + string.ascii_uppercase + string.ascii_lowercase  # LEAF's class order (62)
 FEMNIST_WHERE = "LEAF's femnist (github.com/TalwalkarLab/leaf: data/femnist/preprocess.sh writes data/all_data/*.json)"
+
+
+@dataclass
+class FEMNISTConfig:
+    """``femnist`` (LEAF's JSON)."""
+
+    classes: list[str] = field(default_factory=lambda: list("abcdefghij"))  # characters kept (empty: all 62)
+
+    def check(self) -> None:
+        chars = list(self.classes)
+        check_range(len(set(chars)) == len(chars) and all(len(c) == 1 and c in FEMNIST_CHARS for c in chars),
+                    "data.classes", chars, "distinct characters of 0-9, A-Z, a-z (empty: all 62)")
 
 
 class _FloatCache(dict):
@@ -171,11 +184,13 @@ def _femnist_arrays(files: list[Path], keep: dict[int, int]) -> tuple[list[str],
     return users, counts, torch.from_numpy(out), torch.from_numpy(np.concatenate(labels))
 
 
-def load_femnist(cfg: DataConfig) -> Dataset:
-    chars = list(cfg.femnist.classes) or list(FEMNIST_CHARS)
+@register_dataset("femnist", FEMNISTConfig)
+def load_femnist(cfg: Any, seed: int = 0) -> Dataset:
+    """FEMNIST from LEAF's JSON: x (N, 1, 28, 28), writers as natural clients, 10 letters by default (DA-PFL)."""
+    chars = list(cfg.classes) or list(FEMNIST_CHARS)
     bad = [c for c in chars if c not in FEMNIST_CHARS]
     if bad:
-        raise ConfigError(f"data.femnist.classes={chars!r} is not valid; allowed: characters of 0-9, A-Z, a-z")
+        raise ConfigError(f"data.classes={chars!r} is not valid; allowed: characters of 0-9, A-Z, a-z")
     keep = {FEMNIST_CHARS.index(c): i for i, c in enumerate(chars)}
     found = find_data(cfg, "femnist", "femnist", lambda d: find_leaf_files(d, ("data",)),
                       "LEAF train/*.json + test/*.json or all_data/*.json", FEMNIST_WHERE)

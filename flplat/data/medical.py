@@ -9,14 +9,14 @@ unpacked archive, as Flux's code and the Kaggle copy have them), then ``<dir>/..
 directory holding the two CSVs, or its ``CheXpert-v1.0-small/`` (``data.root`` set to the folder the official zip was
 unpacked in).
 
-Labels (``data.chexpert.uncertain``): y is float32 ``(N, 14)`` of 0/1 (``Dataset.multilabel``); an uncertain -1
+Labels (``data.uncertain``): y is float32 ``(N, 14)`` of 0/1 (``Dataset.multilabel``); an uncertain -1
 becomes 1 (``ones``: U-Ones, what Flux's code does: ``replace(-1.0, 1.0).fillna(0.0)``) or 0 (``zeros``: U-Zeros); a
 blank is 0 either way. Flux App. B.1 says it keeps "the original data without applying any image augmentations or
 label modifications"; its public code applies U-Ones, which is our default.
 
-Images: read with PIL as grey (``L``), resized to ``data.chexpert.image_size`` (Flux's code: 64) and scaled to
+Images: read with PIL as grey (``L``), resized to ``data.image_size`` (Flux's code: 64) and scaled to
 [0, 1] (no standardisation, as Flux's ``ToTensor``): x float32 ``(N, 1, S, S)``. ``train.csv`` is the pool (its
-first ``data.chexpert.max_train_rows`` rows when > 0; Flux's code uses the first 100,000 rows for training and the
+first ``data.max_train_rows`` rows when > 0; Flux's code uses the first 100,000 rows for training and the
 next 20,000 as its test rows) and ``valid.csv`` the official test set. The decoded arrays are kept in the
 decoded-data cache (``data.cache_dir``), keyed by the two CSVs' contents and the settings above; an image changed
 under unchanged CSVs is not noticed (``data.cache=false`` reads them again).
@@ -24,22 +24,25 @@ under unchanged CSVs is not noticed (``data.cache=false`` reads them again).
 Metadata (``meta`` / ``meta_test``, int64, the codes the metadata partitions read):
 ``view`` Frontal 0, Lateral 1; ``sex`` Female 0, Male 1, Unknown (or blank) -1 (missing: App. B.1's distributions
 are "Male vs. Female", so a metadata partition on ``sex`` leaves such a sample out); ``age`` in years (-1 when blank);
-``age_group`` 1 when age >= ``data.chexpert.age_threshold`` else 0 (App. B.1: "Age (<50 vs. >=50)"; Flux's code
+``age_group`` 1 when age >= ``data.age_threshold`` else 0 (App. B.1: "Age (<50 vs. >=50)"; Flux's code
 splits at 60); ``ap_pa`` AP 0, PA 1, LL 2, RL 3, blank or other -1.
 """
 
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError
+from flplat.data.registry import register_dataset
 from flplat.data.sources import cached, find_data, load_image, progress
+from flplat.errors import check_choice, check_range
 
 CHEXPERT_OBSERVATIONS = [
     "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
@@ -53,6 +56,21 @@ CHEXPERT_WHERE = ("CheXpert-v1.0-small from stanfordmlgroup.github.io/competitio
 VIEW_CODES = {"Frontal": 0, "Lateral": 1}
 SEX_CODES = {"Female": 0, "Male": 1, "Unknown": -1, "": -1}
 AP_PA_CODES = {"AP": 0, "PA": 1, "LL": 2, "RL": 3}
+
+
+@dataclass
+class CheXpertConfig:
+    """``chexpert`` (train.csv / valid.csv + images)."""
+
+    image_size: int = 64  # images resized to image_size x image_size, grey (Flux's code: 64)
+    uncertain: str = "ones"  # ones (U-Ones: -1 -> 1, Flux's code) | zeros (U-Zeros); blank is always 0
+    age_threshold: int = 50  # meta['age_group'] = age >= this (Flux App. B.1: < 50 vs >= 50)
+    max_train_rows: int = 0  # > 0: only the first rows of train.csv (Flux's code: 100,000); 0: all
+
+    def check(self) -> None:
+        check_range(self.image_size >= 8, "data.image_size", self.image_size, "an integer >= 8")
+        check_choice("data.uncertain", self.uncertain, ("ones", "zeros"))
+        check_range(self.max_train_rows >= 0, "data.max_train_rows", self.max_train_rows, "an integer >= 0 (0: all)")
 
 
 def _label(value: str, uncertain: str, path: Path, line: int) -> float:
@@ -117,8 +135,10 @@ def _find_chexpert(p: Path) -> Path | None:
     return None
 
 
-def load_chexpert(cfg: DataConfig) -> Dataset:
-    c = cfg.chexpert
+@register_dataset("chexpert", CheXpertConfig)
+def load_chexpert(cfg: Any, seed: int = 0) -> Dataset:
+    """CheXpert: grey x (N, 1, S, S), multi-label y (N, 14), view/sex/age metadata (Flux App. B.1)."""
+    c = cfg
     d = find_data(cfg, "chexpert", "chexpert", _find_chexpert,
                   f"train.csv, valid.csv (there or in its {CHEXPERT_DIR}/) and the images they list", CHEXPERT_WHERE)
 

@@ -3,11 +3,11 @@
 
 Files: the archive's folder layout ``<dir>/<Domain>/<Class>/*.jpg`` (``OfficeHomeDataset_10072016``: domains
 ``Art``, ``Clipart``, ``Product``, ``Real World`` -- ``Real_World`` is accepted too -- and 65 class folders in each).
-Classes: the first ``data.officehome.num_classes`` class folders in sorted order (default 20; 0: all 65). Flux does
+Classes: the first ``data.num_classes`` class folders in sorted order (default 20; 0: all 65). Flux does
 not name its 20 classes; its code keeps the labels 0..19 of the Hugging Face copy ``flwrlabs/office-home``, whose
 labels follow the sorted class names, i.e. the same first 20 (Alarm_Clock ... Fan). Images: PIL, RGB, resized to
-``data.officehome.image_size`` (Flux's code: 64) and scaled to [0, 1]: x float32 ``(N, 3, S, S)``. No official
-test set. ``meta['domain']``: the index of the image's domain in ``data.officehome.domains`` (default Art 0,
+``data.image_size`` (Flux's code: 64) and scaled to [0, 1]: x float32 ``(N, 3, S, S)``. No official
+test set. ``meta['domain']``: the index of the image's domain in ``data.domains`` (default Art 0,
 Clipart 1, Product 2, Real_World 3), which the domain partitions plant as the distributions. The decoded images
 are kept in the decoded-data cache (``data.cache_dir``), keyed by the image size and each file's path, size and
 modification time.
@@ -15,17 +15,35 @@ modification time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from flplat.config import DataConfig
 from flplat.data.containers import Dataset
+from flplat.data.registry import register_dataset
 from flplat.data.sources import cached, find_data, load_image, progress
+from flplat.errors import check_range
 
 OFFICEHOME_WHERE = "OfficeHomeDataset_10072016.zip from hemanthdv.org/officeHomeDataset.html"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
+DOMAINS = ["Art", "Clipart", "Product", "Real_World"]
+
+
+@dataclass
+class OfficeHomeConfig:
+    """``office_home`` (<Domain>/<Class>/*.jpg)."""
+
+    num_classes: int = 20  # the first classes in sorted folder order (Flux App. B.1: 20); 0: all 65
+    image_size: int = 64  # Flux's code: 64 x 64
+    domains: list[str] = field(default_factory=lambda: list(DOMAINS))
+
+    def check(self) -> None:
+        check_range(0 <= self.num_classes <= 65, "data.num_classes", self.num_classes, "an integer in [0, 65]")
+        check_range(self.image_size >= 8, "data.image_size", self.image_size, "an integer >= 8")
+        check_range(bool(self.domains), "data.domains", [], f"a non-empty subset of {', '.join(DOMAINS)}")
 
 
 def _domain_dir(d: Path, domain: str) -> Path | None:
@@ -43,8 +61,10 @@ def _find(d: Path, domains: list[str]) -> dict[str, Path] | None:
     return None
 
 
-def load_officehome(cfg: DataConfig) -> Dataset:
-    o = cfg.officehome
+@register_dataset("office_home", OfficeHomeConfig)
+def load_officehome(cfg: Any, seed: int = 0) -> Dataset:
+    """Office-Home: x (N, 3, S, S), 20 classes by default, meta['domain'] (Flux App. B.1)."""
+    o = cfg
     domains = [str(x) for x in o.domains]
     dirs = find_data(cfg, "office_home", "office_home", lambda d: _find(d, domains),
                      f"the domain folders {', '.join(domains)} with one folder per class", OFFICEHOME_WHERE)

@@ -1,10 +1,15 @@
-"""Partition protocols: how the training pool is dealt to clients, and each client's local splits.
+"""The label partition protocols, and the federation builder every partition goes through.
 
-Every protocol is a pure function ``fn(labels, cfg, rng) -> list[np.ndarray]`` of the pool's labels, a
-:class:`~flplat.config.PartitionConfig` and a ``numpy.random.Generator``; it returns one sorted ``int64`` index
-array per client, the arrays pairwise disjoint. The registry :data:`PARTITIONS` maps ``partition.name`` to them.
+Every partition is an entry of :data:`~flplat.data.registry.PARTITIONS` (:mod:`flplat.data.registry`: its keys, its
+``fn(dataset, cfg, seed) -> Partition``); :func:`build_federation` runs the chosen one and only cuts each client's
+local splits and assembles the :class:`~flplat.data.containers.FederatedData`. The protocols that need the whole
+dataset live in their own modules: ``shift`` (:mod:`flplat.data.shift_partition`, Flux's shift generators),
+``pqfed`` (:mod:`flplat.data.pqfed_partition`), ``natural`` and ``metadata`` (:mod:`flplat.data.group_partitions`).
+The four here read the pool's labels only (``takes="labels"``): pure functions ``fn(labels, cfg, rng)`` of the
+labels, their ``partition.*`` keys and a ``numpy.random.Generator``, returning one sorted ``int64`` index array per
+client, pairwise disjoint; :func:`partition` runs one on labels alone.
 
-Protocols (Clust-PSI-PFL §IV-A-b, following the authors' code as recorded in SEED-NOTES.md):
+Protocols (Clust-PSI-PFL §IV-A-b, following the authors' public code):
 
 * ``iid`` -- shuffle all indices and deal them evenly (``np.array_split``: sizes differ by at most one).
 * ``dirichlet`` -- the FedArtML / NIID-Bench label-skew protocol. For each class (in label order) draw
@@ -13,9 +18,6 @@ Protocols (Clust-PSI-PFL §IV-A-b, following the authors' code as recorded in SE
   is redrawn while the smallest client holds fewer than ``partition.min_samples`` samples. Unlike the original
   code (which loops forever when that is infeasible) we draw at most ``1 + partition.max_retries`` times and then
   raise :class:`InfeasiblePartitionError`; ``num_clients * min_samples > N`` fails before any draw.
-* ``shift`` -- Flux's four shift types x 8 levels with unseen test clients; it transforms the data as well, so
-  :func:`build_federation` hands it to :func:`flplat.data.shift_partition.build_shift_federation` (its registry
-  entry is the IID dealing step alone).
 * ``similarity`` -- the Similarity(S) protocol: shuffle all indices; the IID part is the first ``round(S * N)``;
   the rest is stably sorted by label; client ``u`` gets ``iid[u*a:(u+1)*a]`` and ``niid[u*b:(u+1)*b]`` with
   ``a = |iid| // K`` and ``b = |niid| // K``. All clients have the same size and the leftovers (fewer than ``K``
@@ -29,42 +31,84 @@ Protocols (Clust-PSI-PFL §IV-A-b, following the authors' code as recorded in SE
   The absolute scale is the largest one that every class's supply can meet (at most ``N / K`` per unit of
   ``u``), so the demand of the concentrated non-IID clients never exceeds a class; leftovers are dropped. The
   true IID flags go to ``FederatedData.meta["iid"]`` (CBCC's detection metrics).
-* ``natural`` -- keeps the dataset's natural clients (``Dataset.client_ids``), and ``metadata`` -- planted
-  distributions = level combinations of metadata columns (Flux's CheXpert non-IID levels and Office-Home domains,
-  App. B.1, F.4); both need the dataset, not the labels alone: :mod:`flplat.data.group_partitions`.
 
-:func:`split_client` cuts one client's data into local train / validation / test splits and
 :func:`build_federation` puts it all together from a :class:`~flplat.data.containers.Dataset` and a seed, with
-independent random streams for the partition and for each client's split (``SeedSequence.spawn``).
+independent random streams for the partition (``SeedSequence(seed).spawn(2)[0]`` for a label protocol; a protocol
+of the dataset spawns its own from the seed) and for each client's split (``SeedSequence(seed).spawn(2)[1]``,
+one child per client, :func:`split_client`), so changing the split fractions never changes which samples a client
+holds. The official test set (possibly ``None``) becomes the pooled global test set unless the protocol drops it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from flplat.data.containers import Dataset, FederatedData
-from flplat.data.splits import InfeasiblePartitionError, as_labels, split_client
-from flplat.errors import ConfigError
-from flplat.protocol.registry import add
+from flplat.data.containers import ClientSplit, Dataset, Drift, FederatedData, Partition
+from flplat.data.registry import PARTITIONS, load_builtins, partition_config, register_partition
+from flplat.data.splits import InfeasiblePartitionError, as_labels, run_label_protocol, split_client
+from flplat.errors import ConfigError, check_range
 
-__all__ = ["PARTITIONS", "InfeasiblePartitionError", "build_federation", "partition", "register_partition",
+__all__ = ["PARTITIONS", "InfeasiblePartitionError", "assemble", "build_federation", "partition", "register_partition",
            "split_client"]
 
-PartitionFn = Callable[[np.ndarray, Any, np.random.Generator], list[np.ndarray]]
+
+@dataclass
+class DirichletConfig:
+    """``dirichlet``: Dir(alpha) label skew, redrawn while a client holds fewer than ``min_samples``."""
+
+    alpha: float = 0.3  # concentration
+    min_samples: int = 10  # redraw while a client holds fewer samples
+    max_retries: int = 100  # give up (with an error) after this many redraws
+
+    def check(self) -> None:
+        check_range(self.alpha > 0 and math.isfinite(self.alpha), "partition.alpha", self.alpha, "a finite number > 0")
+        check_range(self.min_samples >= 1, "partition.min_samples", self.min_samples, "an integer >= 1")
+        check_range(self.max_retries >= 1, "partition.max_retries", self.max_retries, "an integer >= 1")
 
 
-def _finish(parts: list[np.ndarray] | list[list[int]]) -> list[np.ndarray]:
-    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+@dataclass
+class SimilarityConfig:
+    """``similarity``: S, the IID share of the data."""
+
+    similarity: float = 0.5
+
+    def check(self) -> None:
+        check_range(0.0 <= self.similarity <= 1.0, "partition.similarity", self.similarity, "a number in [0, 1]")
 
 
+@dataclass
+class CAFAConfig:
+    """``cafa`` (CAFA §IV-B): share of IID clients; classes per non-IID client; relative client sizes."""
+
+    iid_fraction: float = 0.5
+    class_fraction_min: float = 0.2
+    class_fraction_max: float = 0.4
+    size_min: float = 0.5
+    size_max: float = 1.0
+    min_samples: int = 10  # a client with fewer samples is an error
+
+    def check(self) -> None:
+        check_range(0.0 <= self.iid_fraction <= 1.0, "partition.iid_fraction", self.iid_fraction, "a number in [0, 1]")
+        check_range(0.0 < self.class_fraction_min <= 1.0, "partition.class_fraction_min", self.class_fraction_min,
+                    "a number in (0, 1]")
+        check_range(self.class_fraction_min <= self.class_fraction_max <= 1.0, "partition.class_fraction_max",
+                    self.class_fraction_max, "a number in [partition.class_fraction_min, 1]")
+        check_range(self.size_min > 0 and math.isfinite(self.size_min), "partition.size_min", self.size_min,
+                    "a finite number > 0")
+        check_range(self.size_min <= self.size_max and math.isfinite(self.size_max), "partition.size_max",
+                    self.size_max, "a finite number >= partition.size_min")
+        check_range(self.min_samples >= 1, "partition.min_samples", self.min_samples, "an integer >= 1")
+
+
+@register_partition("iid", takes="labels", multilabel=True)
 def iid(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
     """Shuffle all indices and deal them evenly to ``cfg.num_clients`` clients (sizes differ by at most 1)."""
     n = len(labels)
-    return _finish(np.array_split(rng.permutation(n), int(cfg.num_clients)))
+    return np.array_split(rng.permutation(n), int(cfg.num_clients))
 
 
 def _infeasible(cfg: Any, n: int, detail: str, hint: str = "") -> InfeasiblePartitionError:
@@ -75,7 +119,8 @@ def _infeasible(cfg: Any, n: int, detail: str, hint: str = "") -> InfeasiblePart
     )
 
 
-def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
+@register_partition("dirichlet", DirichletConfig, takes="labels")
+def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> Partition:
     """Dirichlet(alpha) label skew, FedArtML style (see the module docstring).
 
     Draws at most ``1 + cfg.max_retries`` times; raises :class:`InfeasiblePartitionError` when no draw gives every
@@ -108,7 +153,8 @@ def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np
                     sizes[j] += len(chunk)
         smallest = int(sizes.min())
         if smallest >= min_samples:
-            return _finish([np.concatenate(p) if p else np.empty(0, np.int64) for p in parts])
+            return Partition(clients=[np.concatenate(p) if p else np.empty(0, np.int64) for p in parts],
+                             meta={"alpha": alpha})
         best = max(best, smallest)
     raise _infeasible(
         cfg, n, f"in {1 + max_retries} draws the smallest client never reached min_samples (best draw: {best})",
@@ -116,7 +162,8 @@ def dirichlet(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np
     )
 
 
-def similarity(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
+@register_partition("similarity", SimilarityConfig, takes="labels")
+def similarity(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> Partition:
     """Similarity(S): ``round(S*N)`` samples IID, the rest sorted by label; equal sizes, leftovers dropped."""
     labels = as_labels(labels)
     n, k, s = len(labels), int(cfg.num_clients), float(cfg.similarity)
@@ -131,7 +178,8 @@ def similarity(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[n
             f"partition.name='similarity' would give every client 0 samples (N={n}, partition.similarity={s}, "
             f"partition.num_clients={k}); lower partition.num_clients"
         )
-    return _finish([np.concatenate([iid_part[u * a:(u + 1) * a], niid_part[u * b:(u + 1) * b]]) for u in range(k)])
+    return Partition(clients=[np.concatenate([iid_part[u * a:(u + 1) * a], niid_part[u * b:(u + 1) * b]])
+                              for u in range(k)], meta={"similarity": s})
 
 
 def cafa_iid_flags(num_clients: int, iid_fraction: float) -> np.ndarray:
@@ -141,7 +189,8 @@ def cafa_iid_flags(num_clients: int, iid_fraction: float) -> np.ndarray:
     return flags
 
 
-def cafa(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
+@register_partition("cafa", CAFAConfig, takes="labels")
+def cafa(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> Partition:
     """CAFA's partition: a share of IID clients, the rest holding 20-40% of the classes (module docstring)."""
     labels = as_labels(labels)
     n, k = len(labels), int(cfg.num_clients)
@@ -177,130 +226,97 @@ def cafa(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndar
             chunks.append(by_class[cl][offsets[cl]:offsets[cl] + counts[j, cl]])
             offsets[cl] += counts[j, cl]
         parts.append(np.concatenate(chunks))
-    return _finish(parts)
-
-
-def _shift(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
-    from flplat.data.shift_partition import deal_for_registry
-
-    return deal_for_registry(labels, cfg, rng)
-
-
-def _needs_dataset(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
-    raise ConfigError(f"partition.name={cfg.name!r} builds clients from the images, not the labels alone; "
-                      "use build_federation")
-
-
-#: protocols that never read the labels (the ones multi-label data can use)
-LABEL_FREE_PARTITIONS = ("iid", "natural", "metadata")
-
-#: protocols that need the whole dataset (features, test set), not only the labels; see build_federation
-DATASET_PARTITIONS = ("pqfed",)
-
-def _needs_groups(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
-    from flplat.data.group_partitions import needs_groups
-
-    return needs_groups(labels, cfg, rng)
-
-
-PARTITIONS: dict[str, PartitionFn] = {"iid": iid, "dirichlet": dirichlet, "similarity": similarity,
-                                      "cafa": cafa, "shift": _shift,
-                                      "pqfed": _needs_dataset, "natural": _needs_groups, "metadata": _needs_groups}
-
-
-def register_partition(name: str) -> Callable[[PartitionFn], PartitionFn]:
-    """Decorator: register a protocol ``fn(labels, cfg, rng) -> list[np.ndarray]`` under ``name`` in
-    :data:`PARTITIONS` (``partition.name=NAME``).
-
-    ``labels`` is the training pool's ``(N,)`` int64 labels, ``cfg`` the :class:`~flplat.config.PartitionConfig`
-    (``cfg.num_clients`` clients; the existing ``partition.*`` keys, e.g. ``alpha``, are the parameters a protocol
-    can read), ``rng`` a ``numpy.random.Generator`` (the partition's own stream, seeded from the run's seed). It
-    returns one index array per client into the pool, pairwise disjoint; samples left out are dropped. Each
-    client's train / val / test split is then cut by :func:`split_client`, as for the built-in protocols."""
-
-    def deco(fn: PartitionFn) -> PartitionFn:
-        add("partition", PARTITIONS, name, fn, getattr(fn, "__module__", None))
-        return fn
-
-    return deco
+    return Partition(clients=parts, meta={"iid_fraction": float(cfg.iid_fraction), "iid": iid_flags})
 
 
 def partition(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
-    """Dispatch on ``cfg.name``; checks that there are at least as many samples as clients."""
-    labels = as_labels(labels)
-    name = cfg.name
-    if name not in PARTITIONS:
-        raise ConfigError(f"partition.name={name!r} is not valid; choose one of: {', '.join(sorted(PARTITIONS))}")
-    k, n = int(cfg.num_clients), len(labels)
-    if k < 1:
-        raise ConfigError(f"partition.num_clients={k} is out of range; allowed: an integer >= 1")
-    if k > n:
-        raise ConfigError(f"partition.num_clients={k} exceeds the {n} training samples; lower partition.num_clients")
-    return _finish(PARTITIONS[name](labels, cfg, rng))  # sorted int64, whoever registered the protocol
+    """Run the label protocol ``cfg.name`` on ``labels`` alone: one sorted ``int64`` index array per client
+    (``cfg``: a validated section, a mapping or :func:`~flplat.data.registry.partition_config`'s object)."""
+    cfg = partition_config(cfg)
+    spec = PARTITIONS[cfg.name]
+    if spec.labels is None:
+        raise ConfigError(f"partition.name={cfg.name!r} builds clients from the dataset, not the labels alone; "
+                          "use build_federation")
+    return run_label_protocol(spec.labels, as_labels(labels), cfg, rng).clients
+
+
+def _multilabel_partitions() -> str:
+    return ", ".join(sorted(n for n, s in PARTITIONS.items() if s.multilabel))
 
 
 def build_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
-    """Partition ``dataset``'s training pool with ``cfg`` and split every client; deterministic in ``seed``.
+    """Partition ``dataset`` with the protocol ``cfg.name`` and cut every client's local splits; deterministic in
+    ``seed``. ``cfg``: the validated ``partition`` section (or a mapping / object with its keys)."""
+    cfg = partition_config(cfg)
+    spec = PARTITIONS[cfg.name]
+    if dataset.multilabel and not spec.multilabel:
+        raise ConfigError(f"partition.name={cfg.name!r} needs one class per sample, but data.name={dataset.name!r} "
+                          f"is multi-label; allowed: {_multilabel_partitions()}")
+    part = spec.build(dataset, cfg, int(seed))
+    if not isinstance(part, Partition):
+        raise TypeError(f"partition {cfg.name!r} returned {type(part).__name__}, not a Partition "
+                        "(flplat.api.Partition; see flplat/data/registry.py)")
+    return assemble(dataset, cfg, int(seed), part)
 
-    The partition and the splits use independent streams spawned from ``SeedSequence(seed)`` (one per client for
-    the splits), so changing the split fractions never changes which samples a client holds. The official test
-    set (possibly ``None``) becomes the pooled global test set.
-    """
-    if cfg.name == "shift" and dataset.multilabel:
-        raise ConfigError(f"partition.name='shift' needs one class per sample, but data.name={dataset.name!r} is "
-                          f"multi-label; allowed: {', '.join(LABEL_FREE_PARTITIONS)}")
-    if cfg.name == "shift":  # Flux's shift generators transform the data too (flplat/data/shift_partition.py)
-        from flplat.data.shift_partition import build_shift_federation
 
-        return build_shift_federation(dataset, cfg, seed)
-    if cfg.name in ("natural", "metadata"):  # the dataset's own clients / metadata (flplat/data/group_partitions.py)
-        from flplat.data.group_partitions import build_group_federation
-
-        return build_group_federation(dataset, cfg, seed)
-    part_ss, split_ss = np.random.SeedSequence(int(seed)).spawn(2)
-    if dataset.multilabel:  # no single class per sample: only the label-free protocols apply
-        if cfg.name not in LABEL_FREE_PARTITIONS:
-            raise ConfigError(f"partition.name={cfg.name!r} deals samples by their class, but data.name="
-                              f"{dataset.name!r} is multi-label; allowed: {', '.join(LABEL_FREE_PARTITIONS)}")
-        labels = np.zeros(len(dataset.y_train), dtype=np.int64)
-    else:
-        labels = as_labels(dataset.y_train)
-    fixed, public, extra = {}, None, {}
-    if cfg.name in DATASET_PARTITIONS:  # PQFed's construction (flplat/data/pqfed_partition.py)
-        from flplat.data.pqfed_partition import pqfed_partition
-
-        res = pqfed_partition(dataset, cfg, np.random.default_rng(part_ss))
-        parts, fixed, public, extra = res.parts, res.fixed_splits, res.public_indices, res.meta
-    else:
-        parts = partition(labels, cfg, np.random.default_rng(part_ss))
-    clients = [fixed[k] if k in fixed else split_client(p, cfg, np.random.default_rng(s))
-               for k, (p, s) in enumerate(zip(parts, split_ss.spawn(len(parts))))]
-    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+def assemble(dataset: Dataset, cfg: Any, seed: int, part: Partition) -> FederatedData:
+    """The federation of a protocol's :class:`Partition`: index arrays cut into local splits (one stream per client
+    from ``SeedSequence(seed).spawn(2)[1]``), fixed splits kept, the pool and the global test set chosen."""
+    split_ss = np.random.SeedSequence(int(seed)).spawn(2)[1]
+    clients = [c if isinstance(c, ClientSplit) else split_client(c, cfg, np.random.default_rng(ss))
+               for c, ss in zip(part.clients, split_ss.spawn(len(part.clients)))]
+    sizes = np.array([len(c.all()) if isinstance(c, ClientSplit) else len(c) for c in part.clients], dtype=np.int64)
+    n = len(dataset.y_train)
     meta: dict[str, Any] = {
-        "partition": cfg.name,
-        "num_clients": int(cfg.num_clients),
-        "seed": int(seed),
-        "pool_samples": len(labels),
-        "assigned_samples": int(sizes.sum()),
-        "dropped_samples": int(len(labels) - sizes.sum()),
-        "min_client_samples": int(sizes.min()),
-        "max_client_samples": int(sizes.max()),
+        "partition": cfg.name, "num_clients": len(clients), "seed": int(seed), "pool_samples": n,
+        "assigned_samples": int(sizes.sum()), "dropped_samples": int(n - sizes.sum()),
+        "min_client_samples": int(sizes.min()) if len(sizes) else 0,
+        "max_client_samples": int(sizes.max()) if len(sizes) else 0,
     }
-    if cfg.name == "dirichlet":
-        meta["alpha"] = float(cfg.alpha)
-    elif cfg.name == "similarity":
-        meta["similarity"] = float(cfg.similarity)
-    elif cfg.name == "cafa":
-        meta["iid_fraction"] = float(cfg.iid_fraction)
-        meta["iid"] = cafa_iid_flags(int(cfg.num_clients), cfg.iid_fraction)
-    meta.update(extra)
+    if part.distribution is not None:
+        meta["distribution"] = np.asarray(part.distribution, dtype=np.int64)
+        meta["num_distributions"] = int(len(np.unique(meta["distribution"])))
+    if part.unseen_distribution is not None:
+        meta["unseen_distribution"] = np.asarray(part.unseen_distribution, dtype=np.int64)
+    if part.unseen:
+        meta["num_unseen_clients"] = len(part.unseen)
+    drift = _drift(part, clients)
+    if drift is not None:
+        meta["drift_rounds"] = list(drift.rounds)
+        if drift.distribution is not None:  # M: every distribution the training clients hold in some stage
+            meta["num_distributions"] = int(len(np.unique(drift.distribution)))
+    meta.update(part.meta)
+    own_pool = part.x is not None
     return FederatedData(
-        x=dataset.x_train,
-        y=dataset.y_train,
-        num_classes=int(dataset.num_classes),
-        clients=clients,
-        x_global_test=dataset.x_test,
-        y_global_test=dataset.y_test,
-        meta=meta,
-        public_indices=public,
+        x=part.x if own_pool else dataset.x_train, y=part.y if own_pool else dataset.y_train,
+        num_classes=int(dataset.num_classes), clients=clients,
+        x_global_test=dataset.x_test if part.global_test else None,
+        y_global_test=dataset.y_test if part.global_test else None,
+        meta=meta, public_indices=part.public_indices, unseen=list(part.unseen), drift=drift,
     )
+
+
+def _drift(part: Partition, clients: list[ClientSplit]) -> Drift | None:
+    """The partition's :class:`Drift` with its stage 0 the clients as cut, checked (a broken one is the protocol's
+    bug: TypeError naming what is wrong)."""
+    d = part.drift
+    if d is None:
+        return None
+    rounds = [int(r) for r in d.rounds]
+    k = len(clients)
+    if rounds != sorted(set(rounds)) or (rounds and rounds[0] < 2):
+        raise TypeError(f"Partition.drift.rounds={rounds}: the change rounds must be distinct, ascending and >= 2")
+    if len(d.stages) != len(rounds) + 1 or any(len(st) != k for st in d.stages):
+        raise TypeError(f"Partition.drift: {len(rounds)} change rounds need {len(rounds) + 1} stages of {k} clients "
+                        f"each, got {[len(st) for st in d.stages]}")
+    if not all(isinstance(c, ClientSplit) for st in d.stages[1:] for c in st):
+        raise TypeError("Partition.drift: the stages after the first must be ClientSplit (fixed splits)")
+    dist = None
+    if d.distribution is not None:
+        dist = np.asarray(d.distribution, dtype=np.int64)
+        if dist.shape != (len(d.stages), k):
+            raise TypeError(f"Partition.drift.distribution has shape {dist.shape}, not ({len(d.stages)}, {k})")
+    return Drift(rounds, [list(clients), *(list(st) for st in d.stages[1:])], dist)
+
+
+load_builtins()  # every module of flplat.data registers its entries (importing this module is enough)

@@ -1,30 +1,37 @@
-"""Flux's shift generators (Fenoglio et al., App. B.1 and F.1 Table 9; SEED-NOTES "Flux"): ``partition.name=shift``.
+"""Flux's shift generators (Fenoglio et al., App. B.1 and F.1 Table 9; the authors' public code where the paper is
+open): ``partition.name=shift``, keys ``partition.type``, ``level``, ``num_unseen_clients``, ``samples_per_client``,
+``label_bank_size``, ``train_copies`` (:class:`ShiftConfig`).
 
 The pool is first dealt IID to ``num_clients`` training clients plus ``num_unseen_clients`` test-only clients
 (``samples_per_client`` each, or the pool split evenly). A shift type defines a finite list of *distributions*
 (transformations of (x, y)); every training client draws one, and every unseen client draws one of the
 distributions the training clients use (so a cluster exists for it). The transformations are applied **once**,
-here: the returned :class:`~flplat.data.containers.FederatedData` holds a new pool of transformed tensors, one block
+here: the returned :class:`~flplat.data.containers.Partition` holds a new pool of transformed tensors, one block
 per client, and nothing is transformed per batch. ``meta["distribution"]`` / ``meta["unseen_distribution"]``
 record each client's true distribution id (ids are shared: equal transformations get equal ids).
 
-Shift types and levels (``shift_level`` = the row of Table 9):
+Shift types (``partition.type``) and levels (``partition.level`` = the row of Table 9):
 
 * ``feature`` — P(X): a client applies one (rotation, colour) pattern to all its images. Level l uses
   r = (2, 3, 4, 5, 2, 3, 4, 5)[l-1] rotations by i·360/r degrees (counter-clockwise) and, from level 5, the colours
   {red, blue, green}; M = r (levels 1–4) or 3r (levels 5–8). Colour: grey images are repeated to 3 channels and
-  the chosen channel is set to the brightest value of the pool (SEED-NOTES: "colour sets one RGB channel to 1").
+  the chosen channel is set to the brightest value of the pool (the authors' code sets one RGB channel to 1).
   Multiples of 90° are exact (``torch.rot90``); other angles use bilinear resampling, the corners filled with
   each channel's background (its minimum) value.
 * ``label`` — P(Y): a bank of ``label_bank_size`` (5) class sets of size C + 1 − l (11 − l for 10 classes), drawn
   once; a client keeps only the classes of its set, then each of its splits is resampled with replacement back to
-  the size it had before the filtering (SEED-NOTES). Resampling happens after the train/val/test split, so no image
-  is in two splits of a client. M = bank size.
+  the size it had before the filtering (as the authors' code does). Resampling happens after the train/val/test
+  split, so no image is in two splits of a client. M = bank size.
 * ``concept_yx`` — P(Y|X): a swap pool of l classes is drawn once; each training client draws an independent
   random permutation of the pool and relabels its samples (y -> perm[y]). Clients with the same permutation share a
   distribution id. No test phase exists for this shift (labels are needed): ``meta["test_phase"]`` says so.
 * ``concept_xy`` — P(X|Y): l classes are drawn once; each training client draws a rotation in {0, 90, 180, 270}
   for each of them and rotates the images of those classes; the other classes stay unrotated.
+
+The building blocks are pure functions the other Flux partitions reuse: :func:`deal`, :func:`distributions`,
+:func:`base_splits` (each client's rows before any transformation) and :func:`transform_clients` (those rows under
+given distributions, as blocks of a new pool): ``mixed_shift`` (:mod:`flplat.data.mixed_shift_partition`, two shifts
+together) and ``drift`` (:mod:`flplat.data.drift_partition`, a client's rows under a new distribution per stage).
 
 The official test set is dropped (``x_global_test = None``): it belongs to none of the M distributions.
 Unseen clients hold all their samples in their ``test`` split (train and val empty).
@@ -47,13 +54,37 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flplat.data.containers import ClientSplit, Dataset, FederatedData
-from flplat.errors import ConfigError
+from flplat.data.containers import ClientSplit, Dataset, Partition
+from flplat.data.registry import register_partition
+from flplat.data.splits import as_labels, split_client
+from flplat.errors import ConfigError, check_choice, check_range
 
 SHIFT_TYPES = ("feature", "label", "concept_yx", "concept_xy")
 FEATURE_ROTATIONS = (2, 3, 4, 5, 2, 3, 4, 5)  # Table 9, P(X) column: rotations per level
 COLOURS = ("red", "blue", "green")
 COLOUR_CHANNEL = {"red": 0, "blue": 2, "green": 1}
+
+
+@dataclass
+class ShiftConfig:
+    """``shift`` (Flux App. B.1 / F.1 Table 9)."""
+
+    type: str = "feature"  # feature (P(X)) | label (P(Y)) | concept_yx (P(Y|X)) | concept_xy (P(X|Y))
+    level: int = 1  # 1..8, the rows of Table 9
+    num_unseen_clients: int = 0  # extra test-only clients drawn from the training clients' distributions
+    samples_per_client: int = 0  # samples dealt to each client (0: the pool split evenly)
+    label_bank_size: int = 5  # type=label: number of class sets in the bank
+    train_copies: int = 1  # each training client's train split repeated this many times (Flux App. F.2)
+
+    def check(self) -> None:
+        check_choice("partition.type", self.type, SHIFT_TYPES)
+        check_range(1 <= self.level <= 8, "partition.level", self.level, "an integer in 1..8")
+        check_range(self.num_unseen_clients >= 0, "partition.num_unseen_clients", self.num_unseen_clients,
+                    "an integer >= 0")
+        check_range(self.samples_per_client >= 0, "partition.samples_per_client", self.samples_per_client,
+                    "an integer >= 0 (0: the pool split evenly)")
+        check_range(self.label_bank_size >= 1, "partition.label_bank_size", self.label_bank_size, "an integer >= 1")
+        check_range(self.train_copies >= 1, "partition.train_copies", self.train_copies, "an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -145,7 +176,8 @@ def _draw(shift: str, level: int, num_classes: int, num_clients: int, bank_size:
     return per_client, np.arange(num_clients)
 
 
-def _deal(n: int, k: int, per_client: int, rng: np.random.Generator) -> list[np.ndarray]:
+def deal(n: int, k: int, per_client: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``k`` disjoint sorted parts of a shuffled ``range(n)``: ``per_client`` each, or the whole range split evenly."""
     perm = rng.permutation(n)
     if per_client == 0:
         return [np.sort(p) for p in np.array_split(perm, k)]
@@ -162,66 +194,85 @@ def _resample(idx: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarra
     return np.concatenate([idx, rng.choice(idx, size=size - len(idx), replace=True)])
 
 
-def build_shift_federation(dataset: Dataset, cfg: Any, seed: int) -> FederatedData:
-    """Deal, draw distributions, split and transform (see the module docstring); deterministic in ``seed``."""
-    from flplat.data.splits import as_labels, split_client
+def base_splits(parts: list[np.ndarray], k: int, cfg: Any, split_ss: np.random.SeedSequence
+                ) -> list[list[np.ndarray]]:
+    """Each client's [train, val, test] dataset rows before any transformation: the first ``k`` (training) clients
+    cut by the ``partition.*_fraction`` keys, the others (unseen) all in test; one stream per client from
+    ``split_ss``."""
+    out = []
+    for i, (part, ss) in enumerate(zip(parts, split_ss.spawn(len(parts)))):
+        srng = np.random.default_rng(ss)
+        if i < k:
+            sp = split_client(part, cfg, srng)
+            out.append([sp.train, sp.val, sp.test])
+        else:
+            out.append([np.empty(0, np.int64), np.empty(0, np.int64), srng.permutation(part)])
+    return out
 
-    shift, level = str(cfg.shift_type), int(cfg.shift_level)
-    if shift not in SHIFT_TYPES:
-        raise ConfigError(f"partition.shift_type={shift!r} is not valid; choose one of: {', '.join(SHIFT_TYPES)}")
-    k, q = int(cfg.num_clients), int(cfg.num_unseen_clients)
-    copies = int(cfg.train_copies)
-    colour_images = shift == "feature" and level >= 5
-    if (shift in ("feature", "concept_xy")) and dataset.x_train.dim() != 4:
-        raise ConfigError(f"partition.shift_type={shift!r} rotates images; data.name={dataset.name!r} is not an "
+
+def _client_block(dist: Distribution, splits: list[np.ndarray], dataset: Dataset, bright: float,
+                  colour_images: bool, offset: int) -> tuple[torch.Tensor, torch.Tensor, ClientSplit]:
+    """One client's transformed samples (its splits in order) and their splits as positions in the new pool."""
+    order = np.concatenate(splits)
+    x, y = apply(dist, dataset.x_train[torch.as_tensor(order)], dataset.y_train[torch.as_tensor(order)], bright,
+                 colour_images)
+    bounds = np.cumsum([0] + [len(s) for s in splits]) + offset
+    return x, y, ClientSplit(*(np.arange(bounds[j], bounds[j + 1], dtype=np.int64) for j in range(3)))
+
+
+def transform_clients(dists: list[Distribution], splits: list[list[np.ndarray]], dataset: Dataset,
+                      colour_images: bool, res_rng: np.random.Generator, offset: int = 0
+                      ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[ClientSplit]]:
+    """Client i's splits under ``dists[i]``, as blocks of a new pool starting at row ``offset``: a label shift keeps
+    its set's classes and resamples each split back to its size (from ``res_rng``, in client order), then
+    :func:`apply` transforms. The building block of ``shift``, ``mixed_shift`` and ``drift``."""
+    labels, bright = as_labels(dataset.y_train), float(dataset.x_train.max())
+    xs, ys, blocks = [], [], []
+    for dist, sp in zip(dists, splits):
+        if dist.classes is not None:  # label shift: keep the set's classes, resample each split back to its size
+            keep = np.asarray(dist.classes)
+            sp = [_resample(s[np.isin(labels[s], keep)], len(s), res_rng) for s in sp]
+        x, y, block = _client_block(dist, sp, dataset, bright, colour_images, offset)
+        xs.append(x)
+        ys.append(y)
+        blocks.append(block)
+        offset += len(x)
+    return xs, ys, blocks
+
+
+def check_images(shifts: tuple[str, ...], dataset: Dataset, key: str = "partition.type") -> None:
+    """A shift that rotates needs images ``(N, C, H, W)``: one-line ConfigError otherwise."""
+    rotating = [s for s in shifts if s in ("feature", "concept_xy")]
+    if rotating and dataset.x_train.dim() != 4:
+        raise ConfigError(f"{key}={rotating[0]!r} rotates images; data.name={dataset.name!r} is not an "
                           "image dataset (allowed: digits, mnist, fmnist, cifar10, cifar100)")
+
+
+@register_partition("shift", ShiftConfig, plants=True)
+def shift_partition(dataset: Dataset, cfg: Any, seed: int) -> Partition:
+    """Deal, draw distributions, split and transform (see the module docstring); deterministic in ``seed``."""
+    shift, level = str(cfg.type), int(cfg.level)
+    k, q, copies = int(cfg.num_clients), int(cfg.num_unseen_clients), int(cfg.train_copies)
+    check_images((shift,), dataset)
     deal_ss, dist_ss, split_ss, res_ss = np.random.SeedSequence(int(seed)).spawn(4)
-    labels = as_labels(dataset.y_train)
-    parts = _deal(len(labels), k + q, int(cfg.samples_per_client), np.random.default_rng(deal_ss))
+    parts = deal(len(dataset.y_train), k + q, int(cfg.samples_per_client), np.random.default_rng(deal_ss))
     drng = np.random.default_rng(dist_ss)
     cands, which = distributions(shift, level, int(dataset.num_classes), k, int(cfg.label_bank_size), drng)
     used = np.unique(which)
     unseen_which = used[drng.integers(len(used), size=q)] if q else np.empty(0, np.int64)
-    bright = float(dataset.x_train.max())
-    res_rng = np.random.default_rng(res_ss)
-    xs, ys, clients, unseen, offset = [], [], [], [], 0
-    for i, (part, ss) in enumerate(zip(parts, split_ss.spawn(k + q))):
-        dist = cands[int(which[i] if i < k else unseen_which[i - k])]
-        srng = np.random.default_rng(ss)
-        if i < k:
-            sp = split_client(part, cfg, srng)
-            splits = [sp.train, sp.val, sp.test]
-        else:
-            splits = [np.empty(0, np.int64), np.empty(0, np.int64), srng.permutation(part)]
-        if dist.classes is not None:  # label shift: keep the set's classes, resample each split back to its size
-            keep = np.asarray(dist.classes)
-            splits = [_resample(s[np.isin(labels[s], keep)], len(s), res_rng) for s in splits]
-        order = np.concatenate(splits)
-        x, y = apply(dist, dataset.x_train[torch.as_tensor(order)], dataset.y_train[torch.as_tensor(order)],
-                     bright, colour_images)
-        xs.append(x)
-        ys.append(y)
-        bounds = np.cumsum([0] + [len(s) for s in splits]) + offset
-        block = ClientSplit(*(np.arange(bounds[j], bounds[j + 1], dtype=np.int64) for j in range(3)))
-        if i < k and copies > 1:  # App. F.2: duplicate the local training data (indices; the pool does not grow)
+    dists = [cands[int(i)] for i in (*which, *unseen_which)]
+    xs, ys, blocks = transform_clients(dists, base_splits(parts, k, cfg, split_ss), dataset,
+                                       shift == "feature" and level >= 5, np.random.default_rng(res_ss))
+    if copies > 1:  # App. F.2: duplicate the local training data (indices; the pool does not grow)
+        for block in blocks[:k]:
             block.train = np.tile(block.train, copies)
-        (clients if i < k else unseen).append(block)
-        offset += len(order)
     meta = {
-        "partition": "shift", "shift_type": shift, "shift_level": level, "num_clients": k, "seed": int(seed),
-        "num_unseen_clients": q, "train_copies": copies, "pool_samples": len(labels),
-        "assigned_samples": int(sum(map(len, parts))),
-        "distribution": which.astype(np.int64), "unseen_distribution": np.asarray(unseen_which, dtype=np.int64),
-        "num_distributions": int(len(used)), "num_candidate_distributions": len(cands),
+        "shift_type": shift, "shift_level": level, "train_copies": copies, "num_unseen_clients": q,
+        "assigned_samples": int(sum(map(len, parts))), "num_candidate_distributions": len(cands),
         "distributions": [repr(c) for c in cands],
     }
     if shift == "concept_yx":
         meta["test_phase"] = "not applicable: P(Y|X) shift cannot be detected without labels (Flux Sec. 4.2.2)"
-    return FederatedData(x=torch.cat(xs), y=torch.cat(ys), num_classes=int(dataset.num_classes), clients=clients,
-                         meta=meta, unseen=unseen)
-
-
-def deal_for_registry(labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> list[np.ndarray]:
-    """The IID dealing step alone (``PARTITIONS['shift']``): one index array per training client. The full
-    protocol, which also transforms the data, is :func:`build_shift_federation` (used by ``build_federation``)."""
-    return _deal(len(labels), int(cfg.num_clients), int(cfg.samples_per_client), rng)
+    return Partition(clients=blocks[:k], unseen=blocks[k:], x=torch.cat(xs), y=torch.cat(ys), global_test=False,
+                     distribution=which.astype(np.int64), unseen_distribution=np.asarray(unseen_which, np.int64),
+                     meta=meta)

@@ -1,19 +1,21 @@
-"""What every partition protocol shares: label checks, the infeasibility error and one client's local splits.
+"""What every partition protocol shares: label checks, the infeasibility error, running a label protocol and one
+client's local splits.
 
-Kept apart from the registry (:mod:`flplat.data.partitions`) so the protocols that live in their own modules
-(:mod:`flplat.data.shift_partition`, :mod:`flplat.data.pqfed_partition`) use them without importing the registry
-that dispatches to them.
+Kept apart from the registry (:mod:`flplat.data.registry`) and the builder (:mod:`flplat.data.partitions`) so the
+protocols that live in their own modules (:mod:`flplat.data.shift_partition`, :mod:`flplat.data.pqfed_partition`,
+:mod:`flplat.data.group_partitions`) use them without importing either.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from flplat.data.containers import ClientSplit
+from flplat.data.containers import ClientSplit, Partition
 from flplat.errors import ConfigError
 
 
@@ -31,6 +33,18 @@ def as_labels(labels: Any) -> np.ndarray:
     if labels.size and not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
     return labels.astype(np.int64, copy=False)
+
+
+def run_label_protocol(fn: Callable, labels: np.ndarray, cfg: Any, rng: np.random.Generator) -> Partition:
+    """``fn(labels, cfg, rng)`` (a list of index arrays, or a :class:`Partition` of them) as a Partition whose
+    clients are sorted ``int64`` arrays; at least as many samples as clients."""
+    k, n = int(cfg.num_clients), len(labels)
+    if k > n:
+        raise ConfigError(f"partition.num_clients={k} exceeds the {n} training samples; lower partition.num_clients")
+    out = fn(labels, cfg, rng)
+    part = out if isinstance(out, Partition) else Partition(clients=list(out))
+    part.clients = [np.sort(np.asarray(p, dtype=np.int64)) for p in part.clients]
+    return part
 
 
 def _round_half_up(x: float) -> int:

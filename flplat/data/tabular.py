@@ -1,7 +1,7 @@
 """Tabular datasets of Clust-PSI-PFL (Table I): ACSIncome and Snapshot Serengeti. ``x`` is float32 ``(N, F)``.
 
-ACSIncome (``data.acs.*``)
---------------------------
+ACSIncome (``data.name=acs_income``: ``data.year``, ``horizon``, ``states``, ``scaler``)
+----------------------------------------------------------------------------------------
 Table I: "ACSIIncome [32] Tabular Classify high/low salary 2 1,664,500" -- folktables' ACSIncome task (Ding et al.
 2021) on the 2018 1-Year ACS PUMS person files of the 50 states and Puerto Rico, which is exactly 1,664,500 people
 (the authors' earlier PSI-PFL code loads it that way: ``ACSDataSource(survey_year="2018", horizon="1-Year")`` over
@@ -13,25 +13,25 @@ PWGTP >= 1. Categoricals (COW, SCHL, MAR, OCCP, POBP, RELP, SEX, RAC1P) keep the
 a missing value is 0, as folktables fills it: ACSIncome's ``postprocess`` is ``lambda x: np.nan_to_num(x, -1)`` in
 its release 0.0.12 (``np.nan_to_num``'s second positional argument is ``copy``, so NaN becomes the default
 ``nan=0.0``; its repository now spells it ``np.nan_to_num(x, copy=True, nan=0.0)``), applied to the feature array
-of ``df_to_numpy``. Then every column is scaled with ``data.acs.scaler`` (robust: (x - median) / IQR, the authors'
+of ``df_to_numpy``. Then every column is scaled with ``data.scaler`` (robust: (x - median) / IQR, the authors'
 choice; standard; none), fitted on the pool. A state file where no row passes the filter is an error naming the
 file and the filter (not a real PUMS file). There is no official test set. ``meta``: ``state`` (the FIPS code),
 ``sex`` (1 male, 2 female) and ``race`` (RAC1P, 1..9): ACS codes as they are (-1 if missing, the metadata
 partitions' code for it). The result is kept in the decoded-data cache (``data.cache_dir``), keyed by the files'
 contents and these keys.
 
-Serengeti (``data.serengeti.*``)
---------------------------------
+Serengeti (``data.name=serengeti``: ``data.num_classes``, ``classes``, ``features``, ``scaler``)
+------------------------------------------------------------------------------------------------
 Table I: "Serengeti [33] Tabular Detect animal type 13 286,586" citing Swanson et al. 2015 (Snapshot Serengeti,
 Scientific Data; the tables are on Dryad, doi:10.5061/dryad.5pt92). Neither the paper nor any public code of the
 authors that we could find says which table or columns were used, or which 13 classes. Our choice: the Dryad
 *consensus* table (``consensus_data.csv``: CaptureEventID, NumImages, DateTime, SiteID, ..., Species, Count,
 Standing, Resting, Moving, Eating, Interacting, Babies, ...; one row per species per capture event), label =
-``Species``, kept for the ``data.serengeti.num_classes`` most frequent species (default 13; ties alphabetical) or the
-species listed in ``data.serengeti.classes`` (in that label order). Features (``data.serengeti.features``): any
+``Species``, kept for the ``data.num_classes`` most frequent species (default 13; ties alphabetical) or the
+species listed in ``data.classes`` (in that label order). Features (``data.features``): any
 numeric column of the table, plus the derived ``Hour`` and ``Month`` (of DateTime), ``Site`` (SiteID as its index
 in the sorted list of sites) and ``Count`` (the counts 1..10 as numbers, "11-50" as 11, "51+" as 12); scaled with
-``data.serengeti.scaler`` (standard by default). The number of rows need not match Table I's 286,586. ``meta``:
+``data.scaler`` (standard by default). The number of rows need not match Table I's 286,586. ``meta``:
 ``site`` (the same site index).
 """
 
@@ -40,16 +40,18 @@ from __future__ import annotations
 import csv
 import io
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError
+from flplat.data.registry import register_dataset
 from flplat.data.sources import cached, find_data
-from flplat.errors import ConfigError
+from flplat.errors import ConfigError, check_choice, check_range
 
 ACS_FEATURES = ["AGEP", "COW", "SCHL", "MAR", "OCCP", "POBP", "RELP", "WKHP", "SEX", "RAC1P"]
 ACS_FIPS = {"AL": "01", "AK": "02", "AZ": "04", "AR": "05", "CA": "06", "CO": "08", "CT": "09", "DE": "10",
@@ -63,6 +65,44 @@ ACS_WHERE = ("the ACS PUMS person files (www2.census.gov/programs-surveys/acs/da
              "csv_p<st>.zip, or folktables' ACSDataSource(...).get_data(download=True))")
 SERENGETI_WHERE = "consensus_data.csv of Swanson et al. 2015 on Dryad (doi:10.5061/dryad.5pt92)"
 SERENGETI_COUNTS = {**{str(i): float(i) for i in range(1, 11)}, "11-50": 11.0, "51+": 12.0}
+ACS_STATES = list(ACS_FIPS)  # the 50 states + PR in folktables' order
+SCALERS = ("none", "robust", "standard")
+
+
+@dataclass
+class ACSIncomeConfig:
+    """``acs_income`` (folktables' ACSIncome task on ACS PUMS person files)."""
+
+    year: int = 2018
+    horizon: str = "1-Year"  # 1-Year | 5-Year
+    states: list[str] = field(default_factory=lambda: list(ACS_STATES))  # 50 states + PR: 1,664,500 people (2018)
+    scaler: str = "robust"  # robust (median / IQR) | standard (mean / std) | none: per feature, fitted on the pool
+
+    def check(self) -> None:
+        check_choice("data.horizon", self.horizon, ("1-Year", "5-Year"))
+        check_range(self.year >= 2014, "data.year", self.year, "a survey year >= 2014")
+        bad = [s for s in self.states if s not in ACS_STATES]
+        check_range(bool(self.states) and not bad, "data.states", list(self.states),
+                    f"a non-empty list of: {', '.join(ACS_STATES)}")
+        check_choice("data.scaler", self.scaler, SCALERS)
+
+
+@dataclass
+class SerengetiConfig:
+    """``serengeti`` (Snapshot Serengeti consensus table, Swanson et al. 2015)."""
+
+    num_classes: int = 13  # the most frequent species (ties: alphabetical); used when `classes` is empty
+    classes: list[str] = field(default_factory=list)  # explicit species names, in label order
+    features: list[str] = field(default_factory=lambda: [
+        "NumImages", "Count", "Standing", "Resting", "Moving", "Eating", "Interacting", "Babies", "Hour", "Month",
+        "Site"])
+    scaler: str = "standard"  # robust | standard | none
+
+    def check(self) -> None:
+        check_range(self.num_classes >= 2 or len(self.classes) >= 2, "data.num_classes", self.num_classes,
+                    "an integer >= 2 (or data.classes with at least 2 species)")
+        check_range(bool(self.features), "data.features", [], "a non-empty list of columns")
+        check_choice("data.scaler", self.scaler, SCALERS)
 
 
 def scale(x: np.ndarray, how: str) -> np.ndarray:
@@ -118,8 +158,10 @@ def _read_acs_csv(path: Path, year: int, state: str):
     return df.apply(pd.to_numeric, errors="coerce")
 
 
-def load_acs_income(cfg: DataConfig) -> Dataset:
-    a = cfg.acs
+@register_dataset("acs_income", ACSIncomeConfig)
+def load_acs_income(cfg: Any, seed: int = 0) -> Dataset:
+    """folktables' ACSIncome on ACS PUMS person CSVs (Clust-PSI-PFL Table I): x (N, 10), 2 classes."""
+    a = cfg
     year, horizon, states = int(a.year), str(a.horizon), [str(s) for s in a.states]
     needed = f"{year} {horizon} person files {', '.join(_acs_file_names(year, s)[0] for s in states[:3])}" + \
         (", ..." if len(states) > 3 else "")
@@ -169,8 +211,10 @@ def _serengeti_value(row: dict, col: str, sites: dict[str, int], path: Path, lin
                               f"(value {row.get(col, row.get('DateTime'))!r})") from None
 
 
-def load_serengeti(cfg: DataConfig) -> Dataset:
-    s = cfg.serengeti
+@register_dataset("serengeti", SerengetiConfig)
+def load_serengeti(cfg: Any, seed: int = 0) -> Dataset:
+    """Snapshot Serengeti's consensus table (Clust-PSI-PFL Table I): x (N, F), 13 species by default."""
+    s = cfg
     path = find_data(cfg, "serengeti", "serengeti",
                      lambda d: d / "consensus_data.csv" if (d / "consensus_data.csv").is_file() else None,
                      "consensus_data.csv", SERENGETI_WHERE)
@@ -181,7 +225,7 @@ def load_serengeti(cfg: DataConfig) -> Dataset:
     derived = {"Hour": "DateTime", "Month": "DateTime", "Site": "SiteID", "Count": "Count"}
     missing = [c for c in ["Species", *s.features] if derived.get(c, c) not in header]
     if missing:
-        raise DataFormatError(f"{path}: no column(s) {', '.join(missing)} (data.serengeti.features needs them)")
+        raise DataFormatError(f"{path}: no column(s) {', '.join(missing)} (data.features needs them)")
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["Species"]] = counts.get(r["Species"], 0) + 1
@@ -189,7 +233,7 @@ def load_serengeti(cfg: DataConfig) -> Dataset:
         classes = [str(c) for c in s.classes]
         absent = [c for c in classes if c not in counts]
         if absent:
-            raise ConfigError(f"data.serengeti.classes names species absent from {path}: {', '.join(absent)}; "
+            raise ConfigError(f"data.classes names species absent from {path}: {', '.join(absent)}; "
                               f"allowed: {', '.join(sorted(counts))}")
     else:
         classes = sorted(counts, key=lambda c: (-counts[c], c))[: int(s.num_classes)]

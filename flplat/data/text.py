@@ -2,8 +2,8 @@
 loaders of Sent140 (Clust-PSI-PFL Table I: "Sent140 [36] Text Sentiment analysis 3 1,600,000") and Amazon reviews
 (Table I: "Amazon reviews [37] Text Product classification 6 50,000").
 
-Encoding (``data.text.*``)
---------------------------
+Encoding (``data.max_length``, ``min_freq``, ``max_vocab``, ``padding``, ``truncation``: both datasets' keys)
+------------------------------------------------------------------------------------------------------------
 :func:`tokenize` lowercases and keeps runs of letters, digits and apostrophes (``[a-z0-9']+``); everything else
 separates words. :func:`build_vocab` counts the words of the TRAINING split only (the pool; never the official test
 set), keeps those seen at least ``min_freq`` times, most frequent first (ties: alphabetical), at most ``max_vocab``.
@@ -12,8 +12,8 @@ length is the embedding size a model needs). :func:`encode` pads or truncates ev
 the padding before (``padding=pre``, Keras' ``pad_sequences`` default, which the authors' code uses) or after the
 words, and cuts a long example's start (``truncation=pre``) or end. ``x`` is int64 ``(N, max_length)``.
 
-Sent140 (``data.sent140.*``)
-----------------------------
+Sent140 (``data.name=sent140``: ``data.source``, ``labels``)
+------------------------------------------------------------
 Two file formats: LEAF's JSON (``{"users": [...], "num_samples": [...], "user_data": {user: {"x": [[id, date, query,
 user, text], ...], "y": [...]}}}``, ``y`` 0 negative / 1 positive; the ``train/*.json`` + ``test/*.json`` split
 directories, else ``all_data/*.json`` as the pool) and the original Sentiment140 CSV
@@ -25,8 +25,8 @@ reading) maps polarity 0/2/4 to classes 0/1/2 (LEAF's 0/1 to 0/2), so class 1 is
 ``labels=binary`` keeps negative 0 / positive 1 and drops the neutral test tweets. The tweet's user becomes the
 natural client (``client_ids`` / ``client_ids_test``: one integer per user name, the same in both splits).
 
-Amazon reviews (``data.amazon.*``)
-----------------------------------
+Amazon reviews (``data.name=amazon_reviews``: ``data.source``, ``fields``)
+-------------------------------------------------------------------------
 Table I cites Zhang et al. 2015 [37], whose CSVs (``class,title,text``, no header, classes from 1) have 5 classes
 (``amazon_review_full_csv``: 3,000,000 train + 650,000 test) or 2 (``amazon_review_polarity_csv``: 3,600,000 +
 400,000): neither has 6 classes or 50,000 examples, and neither is a *product* classification. The one public
@@ -43,16 +43,19 @@ import csv
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.formats import DataFormatError
 from flplat.data.leaf import read_leaf_dir
+from flplat.data.registry import register_dataset
 from flplat.data.sources import find_data
+from flplat.errors import check_choice, check_range
 
 PAD, OOV = 0, 1
 _WORD = re.compile(r"[a-z0-9']+")
@@ -68,6 +71,51 @@ AMAZON_WHERE = {
 }
 AMAZON_CATEGORIES = ["baby products", "beauty", "grocery gourmet food", "health personal care", "pet supplies",
                      "toys games"]
+
+
+@dataclass
+class TextConfig:
+    """The encoding keys of every text dataset: lowercase word tokens, a vocabulary built on the training split
+    only, ids padded / truncated to ``max_length`` (0 = padding, 1 = out of vocabulary)."""
+
+    max_length: int = 25  # tokens per example (the Clust-PSI-PFL authors' Sent140 length)
+    min_freq: int = 1  # a word enters the vocabulary when it occurs at least this often in the training split
+    max_vocab: int = 100000  # at most this many words (most frequent first); 0: no limit
+    padding: str = "pre"  # pre | post: where the padding ids go (pre: Keras' pad_sequences default)
+    truncation: str = "pre"  # pre | post: which end of a long example is cut off
+
+    def check(self) -> None:
+        check_range(self.max_length >= 1, "data.max_length", self.max_length, "an integer >= 1")
+        check_range(self.min_freq >= 1, "data.min_freq", self.min_freq, "an integer >= 1")
+        check_range(self.max_vocab >= 0, "data.max_vocab", self.max_vocab, "an integer >= 0 (0: no limit)")
+        check_choice("data.padding", self.padding, ("pre", "post"))
+        check_choice("data.truncation", self.truncation, ("pre", "post"))
+
+
+@dataclass
+class Sent140Config(TextConfig):
+    """``sent140``: LEAF's JSON or the original Sentiment140 CSV."""
+
+    source: str = "auto"  # auto (LEAF JSON when present, else the CSV) | leaf | csv
+    labels: str = "polarity3"  # polarity3: 0/2/4 -> 0/1/2 (3 classes, Table I) | binary: negative 0, positive 1
+
+    def check(self) -> None:
+        super().check()
+        check_choice("data.source", self.source, ("auto", "csv", "leaf"))
+        check_choice("data.labels", self.labels, ("binary", "polarity3"))
+
+
+@dataclass
+class AmazonConfig(TextConfig):
+    """``amazon_reviews``."""
+
+    source: str = "categories"  # categories (6 product classes, 40k + 10k) | full (5 stars) | polarity (2)
+    fields: str = "text"  # text | title_text (the title, a space, then the text)
+
+    def check(self) -> None:
+        super().check()
+        check_choice("data.source", self.source, ("categories", "full", "polarity"))
+        check_choice("data.fields", self.fields, ("text", "title_text"))
 
 
 # ---------------------------------------------------------------------------------------------------- encoding
@@ -105,12 +153,12 @@ def encode(token_lists: Iterable[Sequence[str]], vocab: Sequence[str], max_lengt
     return torch.from_numpy(out)
 
 
-def text_dataset(cfg: DataConfig, name: str, train_texts: list[str], y_train, num_classes: int,
+def text_dataset(cfg: Any, name: str, train_texts: list[str], y_train, num_classes: int,
                  test_texts: list[str] | None = None, y_test=None, class_names: list[str] | None = None,
                  users: tuple[list[str], list[str] | None] | None = None) -> Dataset:
     """Tokenize, build the vocabulary on ``train_texts`` only, encode both splits; ``users`` (names per example)
     become ``client_ids`` / ``client_ids_test`` (one integer per distinct name, shared by the two splits)."""
-    t = cfg.text
+    t = cfg
     train_tokens = [tokenize(s) for s in train_texts]
     vocab = build_vocab(train_tokens, int(t.min_freq), int(t.max_vocab))
 
@@ -172,8 +220,10 @@ def _find_sent140(d: Path, source: str):
     return None
 
 
-def load_sent140(cfg: DataConfig) -> Dataset:
-    source = str(cfg.sent140.source)
+@register_dataset("sent140", Sent140Config)
+def load_sent140(cfg: Any, seed: int = 0) -> Dataset:
+    """Sent140 from LEAF's JSON or the Sentiment140 CSV: token ids (N, L), users as natural clients."""
+    source = str(cfg.source)
     needed = {"leaf": "LEAF train/*.json + test/*.json or all_data/*.json",
               "csv": SENT140_CSV}.get(source, f"LEAF's JSON or {SENT140_CSV}")
     kind, found = find_data(cfg, "sent140", "sent140", lambda d: _find_sent140(d, source), needed, SENT140_WHERE)
@@ -183,7 +233,7 @@ def load_sent140(cfg: DataConfig) -> Dataset:
     else:
         train = _read_sent140_csv(found[0])
         test = _read_sent140_csv(found[1]) if found[1] is not None else None
-    binary = cfg.sent140.labels == "binary"
+    binary = cfg.labels == "binary"
 
     def labels(rows):
         keep = [i for i, p in enumerate(rows[0]) if not (binary and p == 2)]
@@ -237,8 +287,10 @@ def _find_amazon(d: Path, source: str):
     return None
 
 
-def load_amazon(cfg: DataConfig) -> Dataset:
-    source, fields = str(cfg.amazon.source), str(cfg.amazon.fields)
+@register_dataset("amazon_reviews", AmazonConfig)
+def load_amazon(cfg: Any, seed: int = 0) -> Dataset:
+    """Amazon reviews (6 product categories by default, Clust-PSI-PFL Table I): token ids (N, L)."""
+    source, fields = str(cfg.source), str(cfg.fields)
     needed = "train_40k.csv and val_10k.csv" if source == "categories" else "train.csv and test.csv"
     train, test = find_data(cfg, "amazon_reviews", "amazon_reviews", lambda d: _find_amazon(d, source), needed,
                             AMAZON_WHERE[source])

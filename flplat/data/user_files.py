@@ -14,7 +14,7 @@ folder level or index-file column); its values (numbers or text) become ``Datase
 ``0..K-1`` in the sorted order of the distinct values of the training and test files together, so a client has
 one code in both. ``partition.name=natural`` keeps these clients. ``data.meta_columns`` lists metadata columns
 kept as ``Dataset.meta`` (int64 per sample) for ``partition.name=metadata``: integer columns keep their values
-(an age stays an age, to be cut by ``partition.meta_bins``), text columns become codes of their sorted distinct
+(an age stays an age, to be cut by ``partition.bins``), text columns become codes of their sorted distinct
 values; an empty cell (text ``""`` / a missing number) becomes ``-1`` (missing: the metadata partition leaves the
 sample out). The test file's client / metadata columns are optional (``client_ids_test`` / ``meta_test`` are then
 ``None``).
@@ -70,17 +70,18 @@ from __future__ import annotations
 import csv
 import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from flplat.config import DataConfig
 from flplat.data.containers import Dataset
 from flplat.data.files import DataUnavailableError, _cached_arrays
 from flplat.data.formats import DataFormatError
-from flplat.errors import ConfigError
+from flplat.data.registry import register_dataset
+from flplat.errors import ConfigError, check_choice, check_range
 
 log = logging.getLogger("flplat")
 
@@ -88,10 +89,55 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".pgm", ".t
 PARQUET_SUFFIXES = (".parquet", ".pq")
 PARQUET_HINT = "pip install 'flplat[parquet]' (or pip install pyarrow)"
 
+
+@dataclass
+class NPZConfig:
+    """``npz``: your ``numpy.savez`` file."""
+
+    path: str | None = None  # the file; relative: under data.root
+    client_column: str | None = None  # the array holding each sample's natural client
+    meta_columns: list[str] = field(default_factory=list)  # arrays kept as metadata for partition.name=metadata
+
+
+@dataclass
+class TableConfig:
+    """``table``: your CSV / Parquet table with a label column."""
+
+    path: str | None = None  # the file (.csv / .parquet); relative: under data.root
+    test_path: str | None = None  # an official test table with the same columns (optional)
+    label_column: str = "label"
+    feature_columns: list[str] = field(default_factory=list)  # [] : every other column
+    categorical: str = "onehot"  # text feature columns -> onehot | ordinal (categories of the training file)
+    standardize: bool = True  # numeric features z-scored with the training file's stats
+    client_column: str | None = None  # the column holding each sample's natural client
+    meta_columns: list[str] = field(default_factory=list)  # columns kept as metadata for partition.name=metadata
+
+    def check(self) -> None:
+        check_choice("data.categorical", self.categorical, ("onehot", "ordinal"))
+
+
+@dataclass
+class ImageFolderConfig:
+    """``imagefolder``: your images in ``<class>/<image>`` folders, optionally under named levels."""
+
+    path: str | None = None  # the folder; relative: under data.root
+    test_path: str | None = None  # an official test folder in the same layout (optional)
+    folder_levels: list[str] = field(default_factory=list)  # names of folder levels above the classes
+    index_file: str | None = None  # CSV with a `path` column (relative to data.path) + client / metadata columns
+    image_size: int = 0  # resize every image to image_size x image_size (0: keep; sizes must agree)
+    grey: bool = False  # one grey channel (else RGB)
+    standardize: bool = True  # channels z-scored with the training pool's stats
+    client_column: str | None = None  # the folder level or index-file column of each sample's natural client
+    meta_columns: list[str] = field(default_factory=list)  # levels / columns kept as metadata
+
+    def check(self) -> None:
+        check_range(self.image_size >= 0, "data.image_size", self.image_size,
+                    "an integer >= 0 (0: keep the files' size)")
+
 # ------------------------------------------------------------------------------------------------------ paths
 
 
-def resolve_path(cfg: DataConfig, key: str, what: str, required: bool = True) -> Path | None:
+def resolve_path(cfg: Any, key: str, what: str, required: bool = True) -> Path | None:
     """``data.<key>`` as a path (under ``data.root`` when relative and the root is set); it must exist."""
     value = getattr(cfg, key, None)
     if not value:
@@ -255,7 +301,7 @@ def keyed_columns(train: dict[str, np.ndarray | None], test: dict[str, np.ndarra
 # ------------------------------------------------------------------------------------------------------- table
 
 
-def _features(tab: Table, names: list[str], cfg: DataConfig, fit: dict | None) -> tuple[np.ndarray, dict]:
+def _features(tab: Table, names: list[str], cfg: Any, fit: dict | None) -> tuple[np.ndarray, dict]:
     """Feature matrix of ``tab``; ``fit`` None: fit the encodings/statistics on it (training file) and return them."""
     fit = {} if fit is None else fit
     blocks = []
@@ -302,7 +348,8 @@ def _label_values(tab: Table, name: str) -> np.ndarray:
     return col
 
 
-def load_table(cfg: DataConfig) -> Dataset:
+@register_dataset("table", TableConfig)
+def load_table(cfg: Any, seed: int = 0) -> Dataset:
     """``data.name=table``: a CSV / Parquet file with a label column (module docstring)."""
     train = read_table(resolve_path(cfg, "path", "a CSV or Parquet file with a header row"))
     test_path = resolve_path(cfg, "test_path", "a CSV or Parquet test file", required=False)
@@ -344,7 +391,8 @@ def load_table(cfg: DataConfig) -> Dataset:
 # --------------------------------------------------------------------------------------------------------- npz
 
 
-def load_npz(cfg: DataConfig) -> Dataset:
+@register_dataset("npz", NPZConfig)
+def load_npz(cfg: Any, seed: int = 0) -> Dataset:
     """``data.name=npz``: arrays ``x``, ``y`` (optional ``x_test`` / ``y_test``) of one ``.npz`` (module docstring)."""
     path = resolve_path(cfg, "path", "an .npz file with arrays x and y")
     try:
@@ -413,7 +461,7 @@ def _scan_images(root: Path, depth: int) -> list[tuple[str, ...]]:
     return out
 
 
-def _read_image(path: Path, cfg: DataConfig) -> np.ndarray:
+def _read_image(path: Path, cfg: Any) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -427,7 +475,7 @@ def _read_image(path: Path, cfg: DataConfig) -> np.ndarray:
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
 
 
-def _image_folder(root: Path, cfg: DataConfig, index: Table | None, classes: list[str] | None):
+def _image_folder(root: Path, cfg: Any, index: Table | None, classes: list[str] | None):
     """The images under ``root`` (relative path parts, sorted), their labels, the classes and the named columns."""
     levels = list(cfg.folder_levels)
     found = _scan_images(root, len(levels) + 1)
@@ -457,7 +505,7 @@ def _image_folder(root: Path, cfg: DataConfig, index: Table | None, classes: lis
     return [root.joinpath(*parts) for parts in found], y, classes, columns
 
 
-def _decode(paths: list[Path], cfg: DataConfig) -> np.ndarray:
+def _decode(paths: list[Path], cfg: Any) -> np.ndarray:
     """(N, C, H, W) uint8 pixels of the images; every image the same size (or ``data.image_size``)."""
     pix, shape0 = [], None
     for path in paths:
@@ -471,7 +519,8 @@ def _decode(paths: list[Path], cfg: DataConfig) -> np.ndarray:
     return np.stack(pix)
 
 
-def load_imagefolder(cfg: DataConfig) -> Dataset:
+@register_dataset("imagefolder", ImageFolderConfig)
+def load_imagefolder(cfg: Any, seed: int = 0) -> Dataset:
     """``data.name=imagefolder``: class sub-folders of images, optionally under named levels (module docstring).
 
     The decoded (and standardised) pixels go to the decoded-data cache of :mod:`flplat.data.files` (``data.cache``,

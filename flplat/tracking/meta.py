@@ -26,7 +26,7 @@ MODEL_TRAINING_KIND = "custom_model_development"
 
 # the partition parameter that distinguishes settings of a partition family (shown in run names)
 PARTITION_PARAM = {"dirichlet": ("alpha", "α"), "similarity": ("similarity", "S"), "cafa": ("iid_fraction", "iid"),
-                   "pqfed": ("pqfed_rates", "r"), "shift": ("shift_level", "level")}
+                   "pqfed": ("rates", "r"), "shift": ("level", "level")}
 
 
 def ensure_experiment(client, name: str, artifact_location: str | None = None) -> str:
@@ -53,7 +53,7 @@ def partition_setting(params: dict[str, Any]) -> tuple[str, str] | None:
     key, label = PARTITION_PARAM[name]
     value = params.get(f"partition.{key}")
     if name == "shift":
-        return f"{params.get('partition.shift_type')} {label}", str(value)
+        return f"{params.get('partition.type')} {label}", str(value)
     if isinstance(value, (list, tuple)):
         value = ",".join(f"{float(v):g}" for v in value)
     elif isinstance(value, float):

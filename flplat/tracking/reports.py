@@ -112,7 +112,6 @@ def noniid_curves(dataset, num_clients: int, alphas: Sequence[float], s_values: 
     :func:`~flplat.metrics.noniid.noniid_summary`. A (point, seed)
     that no partition can meet (:class:`~flplat.data.partitions.InfeasiblePartitionError`, e.g. 500 clients at
     α = 0.01) is left out of the means; ``skipped`` (a list) receives one ``"alpha=0.01 seed=0"`` per such pair."""
-    from flplat.config import PartitionConfig
     from flplat.data.partitions import InfeasiblePartitionError, build_federation
     from flplat.metrics.noniid import noniid_summary
 
@@ -121,7 +120,8 @@ def noniid_curves(dataset, num_clients: int, alphas: Sequence[float], s_values: 
         for v in values:
             runs = []
             for seed in seeds:
-                cfg = PartitionConfig(name=name, num_clients=num_clients, min_samples=min_samples, **{key: v})
+                cfg = {"name": name, "num_clients": num_clients, key: v,
+                       **({"min_samples": min_samples} if name == "dirichlet" else {})}
                 try:
                     fed = build_federation(dataset, cfg, seed)
                 except InfeasiblePartitionError:

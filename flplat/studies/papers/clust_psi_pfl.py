@@ -10,7 +10,7 @@ CNN (one CNN round took 86-145 s here), T = 20 rounds instead of 40, E = 5, eval
 The Dirichlet α = 0.05 cell of Tables III/IV and Fig. 3 (at every scale) raises ``partition.max_retries`` from
 flplat's safety cap of 100 redraws to 100,000. The paper reports values for this cell (Tables III/IV) and says
 nothing about small clients (§IV-A-b: "Dirichlet [14] controls non-IID data with a single parameter α"); its
-partition, FedArtML's [14] (as the authors' code runs it, SEED-NOTES.md), redraws everything without a cap while
+partition, FedArtML's [14] (as the authors' public code runs it), redraws everything without a cap while
 the smallest client holds fewer than 10 samples. At K = 100, α = 0.05 on FMNIST's 60,000 training images about one
 draw in 10,000 qualifies (20 of 200,000 simulated draws; 8.5 clients under 10 samples in the mean draw), so with
 100 redraws every run of the cell was skipped as infeasible. 100,000 redraws is the paper's rule with a cap that
@@ -69,7 +69,7 @@ METHODS = [Method(n, [f"algorithm.name={a}", *EXTRA.get(a, [])]) for n, a in (
 TABLE4_METHODS = [m for m in METHODS if m.name in ("FedAvg", "FedAvgM", "HACCS", "CFL", "Clust-PSI-PFL")]
 CLUST = [m for m in METHODS if m.name == "Clust-PSI-PFL"]
 # smoke: 10 clients (100 clients of a 600-sample pool are infeasible for the Dirichlet cells)
-SCALES = {"smoke": [*SMOKE, "partition.num_clients=10", "partition.min_samples=5"],
+SCALES = {"smoke": [*SMOKE, "partition.num_clients=10", "partition_defaults.dirichlet.min_samples=5"],
           "reduced": ["model.name=mlp", "federation.rounds=20", "federation.local_epochs=5",
                       "federation.eval_every=5"]}
 NOTES = {"smoke": "CI size: 600 training images, 10 clients, 2 rounds of 1 epoch, the MLP",
@@ -124,8 +124,8 @@ def _data_cell(dataset: str, setting: str, k: int = 100, prefix: str = "") -> Ce
 
 def _data_scales(dataset: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     model = TEXT_SMOKE.get(dataset)
-    smoke = [*SMOKE, "partition.num_clients=10", "partition.min_samples=5",
-             *([f"model.name={model}", "data.text.max_length=12"] if model else [])]
+    smoke = [*SMOKE, "partition.num_clients=10", "partition_defaults.dirichlet.min_samples=5",
+             *([f"model.name={model}", "data.max_length=12"] if model else [])]
     _, _, reduced, note = DATASETS[dataset]
     return ({"smoke": smoke, "reduced": reduced},
             {"smoke": "CI size: 600 training samples, 10 clients, 2 rounds of 1 epoch, " +

@@ -61,7 +61,6 @@ def partition_metrics(dataset: str, k: int, params: dict, seed: int) -> dict[str
     share partitions). An infeasible partition raises :class:`~flplat.data.partitions.InfeasiblePartitionError`."""
     key = (dataset, k, tuple(sorted(params.items())), seed)
     if key not in _POINTS:
-        from flplat.config import PartitionConfig
         from flplat.data.datasets import load_dataset
         from flplat.data.partitions import build_federation
         from flplat.experiment import load_config
@@ -70,7 +69,7 @@ def partition_metrics(dataset: str, k: int, params: dict, seed: int) -> dict[str
 
         if dataset not in _DATASETS:
             _DATASETS[dataset] = load_dataset(load_config(None, [f"data.name={dataset}"]).data, derive_seed(0, "data"))
-        fed = build_federation(_DATASETS[dataset], PartitionConfig(num_clients=k, **params), seed)
+        fed = build_federation(_DATASETS[dataset], {"num_clients": k, **params}, seed)
         _POINTS[key] = noniid_summary(fed.label_counts("all"))
     return _POINTS[key]
 

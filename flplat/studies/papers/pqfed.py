@@ -37,8 +37,8 @@ from flplat.studies.papers.pqfed_figures import RATES, emd_by_rate, mia_by_clien
 from flplat.studies.reproduce import Cell, Method, Table, plot_cells
 
 CONFIG = "configs/pqfed/mnist_lenient.yaml"
-FED16 = [f"partition.num_clients={1 + len(RATES)}", f"partition.pqfed_rates={RATES}"]
-FED2 = ["partition.num_clients=20", f"partition.pqfed_rates={[0.0] * 4 + [1.0] * 15}"]
+FED16 = [f"partition.num_clients={1 + len(RATES)}", f"partition.rates={RATES}"]
+FED2 = ["partition.num_clients=20", f"partition.rates={[0.0] * 4 + [1.0] * 15}"]
 INNER = {"FedAvg": ["algorithm.inner=fedavg", "algorithm.inner_params={}"],
          "FedProx": ["algorithm.inner=fedprox", "algorithm.inner_params={mu: 0.01}"],
          "FedDyn": ["algorithm.inner=feddyn", "algorithm.inner_params={}"]}
@@ -56,9 +56,9 @@ TABLE2_CELLS = [Cell("exp1", CONFIG, [*FED2, "algorithm.selection=none"]),
 TABLE5_CELLS = [Cell(f"exp{5 + j}", CONFIG, [*FED16, *_given(range(1, j + 1))]) for j in range(1, 12)]
 # smoke: the whole MNIST pool (the sources are drawn from it) and test set (it holds the 500-image public sample)
 SCALES = {"smoke": [*SMOKE, "data.max_train_samples=0", "data.max_test_samples=0",
-                    "partition.pqfed_samples_per_source=30", "partition.pqfed_target_test_per_source=30",
+                    "partition.samples_per_source=30", "partition.target_test_per_source=30",
                     "federation.eval_every=2"],
-          "reduced": ["partition.pqfed_samples_per_source=200", "partition.pqfed_target_test_per_source=200",
+          "reduced": ["partition.samples_per_source=200", "partition.target_test_per_source=200",
                       "federation.rounds=10", "federation.eval_every=10"]}
 NOTES = {"smoke": "CI size: 30 images per source, 2 rounds, the MLP",
          "reduced": "200 images per source instead of 400 (T trains on 600, tests on 600), 10 rounds instead of 20; "
@@ -242,7 +242,7 @@ def _on_cifar(cells: list[Cell], config: str) -> list[Cell]:
 
 
 CIFAR_SCALES = {"smoke": SCALES["smoke"],
-                "reduced": ["partition.pqfed_samples_per_source=200", "federation.rounds=10",
+                "reduced": ["partition.samples_per_source=200", "federation.rounds=10",
                             "federation.eval_every=10"]}
 CIFAR_NOTES = {"smoke": NOTES["smoke"],
                "reduced": "200 images per source instead of 400 (T tests on its 300 as the paper), 10 rounds instead "

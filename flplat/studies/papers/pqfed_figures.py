@@ -55,9 +55,9 @@ def features(seed: int, scale: str, data: str = "mnist", rates: tuple[float, ...
 
     per_source = {"smoke": SMOKE_PER_SOURCE, "reduced": 400, "paper": 400}[scale]
     cfg = load_config(None, [f"data.name={data}", "partition.name=pqfed", f"partition.num_clients={1 + len(rates)}",
-                             f"partition.pqfed_rates={list(rates)}", "partition.train_fraction=1.0",
-                             "partition.test_fraction=0.0", f"partition.pqfed_samples_per_source={per_source}",
-                             "partition.pqfed_pca_components=50", "tracking.enabled=false"])
+                             f"partition.rates={list(rates)}", "partition.train_fraction=1.0",
+                             "partition.test_fraction=0.0", f"partition.samples_per_source={per_source}",
+                             "partition.pca_components=50", "tracking.enabled=false"])
     fed = build_federation(load_dataset(cfg.data, 0), cfg.partition, seed)
     pub = fed.x_global_test[fed.public_indices].numpy()
     mean, comps = pm.fit_public_pca(pub, 50)

@@ -1,17 +1,33 @@
 """``label_shards``: McMahan et al.'s pathological non-IID split (AISTATS 2017, §3): sort the pool by label, cut it
-into 2·K equal shards and give every client 2 shards drawn at random, so most clients see about two classes."""
+into ``shards_per_client`` x K equal shards and give every client ``shards_per_client`` shards drawn at random (2 in
+the paper), so most clients see about that many classes.
+
+It reads the pool's labels only, so it registers as a label protocol (``takes="labels"``: ``fn(labels, cfg, rng)``);
+its one key, ``partition.shards_per_client``, is the field of its Config, checked like any flplat key.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from flplat.api import register_partition
+from flplat.api import check_range, register_partition
 
 
-@register_partition("label_shards")
+@dataclass
+class LabelShardsConfig:
+    shards_per_client: int = 2  # partition.shards_per_client
+
+    def check(self) -> None:
+        check_range(self.shards_per_client >= 1, "partition.shards_per_client", self.shards_per_client,
+                    "an integer >= 1")
+
+
+@register_partition("label_shards", LabelShardsConfig, takes="labels")
 def label_shards(labels: np.ndarray, cfg, rng: np.random.Generator) -> list[np.ndarray]:
-    k = int(cfg.num_clients)
+    k, s = int(cfg.num_clients), int(cfg.shards_per_client)
     order = np.argsort(labels, kind="stable")
-    shards = np.array_split(order, 2 * k)
-    picks = rng.permutation(2 * k)
-    return [np.concatenate([shards[picks[2 * c]], shards[picks[2 * c + 1]]]) for c in range(k)]
+    shards = np.array_split(order, s * k)
+    picks = rng.permutation(s * k)
+    return [np.concatenate([shards[i] for i in picks[s * c:s * (c + 1)]]) for c in range(k)]
