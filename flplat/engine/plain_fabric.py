@@ -1,8 +1,8 @@
 """The one-process, full-precision CPU case without Lightning: :class:`PlainFabric`, what
 :func:`flplat.experiment.build_fabric` returns for ``fabric.accelerator=cpu``, one device, one node, ``32-true``.
 
-Why: ``import lightning`` costs ~2.6 s of CPU per process here (measured on the machine of docs/performance.md,
-"flplat vs pfl-research"), against ~1.1 s for ``import torch``: its ``lightning.fabric.utilities.imports`` reads
+Why: ``import lightning`` costs ~3 s of CPU per process on the machine of docs/performance.md ("flplat against
+pfl-research's simulator"), about twice ``import torch``: its ``lightning.fabric.utilities.imports`` reads
 torchmetrics' version by importing torchmetrics, which imports torchvision (and through it ``torch._dynamo``,
 sympy, triton), ``scipy.signal`` and matplotlib. On a 20-round FMNIST run of ~15 s of CPU that was a sixth of the
 whole process. In this case Fabric does nothing the trainer needs: the device is the CPU, the precision plugin is
