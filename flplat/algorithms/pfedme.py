@@ -34,6 +34,22 @@ updates per round stays E·(batches).
 
 Reduction: K = 1, η = 1/λ, β = 1, ``weighting: samples`` and ``inner_optimizer: federation`` make w ← θ after every
 step, i.e. FedAvg.
+
+Settings under Flux's protocol (seed 003). The defaults are pFedMe's own MNIST settings (λ 15, K 5, η 0.005, η_p 0.1),
+which Flux does not state it used and which barely train in Flux's 10 rounds. Flux's tables therefore have two pFedMe
+rows: "pFedMe (its paper's settings)" sets these defaults explicitly, and "pFedMe" takes the λ, η, η_p that
+``flplat tune`` chose on the validation split under Flux's protocol (grid configs/search_spaces/flux_pfedme.yaml, the
+point in the ready configs' ``algorithm_defaults.pfedme``; tools/make_flux_configs.py; docs/results.md, "pFedMe under
+Flux's protocol").
+
+PFLlib's pFedMe (TsingZ0/PFLlib ``serverpFedMe`` / ``clientpFedMe``), a likely source of other papers' pFedMe
+numbers, differs in what it scores. ``pFedMeOptimizer.step`` returns ``group['params']``, the model's own parameters,
+so the client's ``personalized_params`` alias the model, and ``set_parameters`` loads the global model into it before
+``evaluate_personalized``. Its "personalised" accuracy is therefore the global model's on each client's data (pooled
+over clients, the best round's). Its ``--beta`` defaults to 0.0, and ``beta_aggregate_parameters`` sets
+w = (1 − β)·w_prev + β·mean, so with the default the global model never leaves its initialisation. flplat scores
+each client's θ_i and uses β = 1 (the paper's plain mean). A PFLlib number and a flplat number are not the same
+quantity.
 """
 
 from __future__ import annotations
