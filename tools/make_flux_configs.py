@@ -15,8 +15,7 @@ Choices the paper leaves open: 10 unseen test clients drawn from the training cl
 60/20/20 train/validation/test split per client (the pool is dealt evenly to the 20 clients).
 Per-method settings sit in ``algorithm_defaults`` (applied when ``algorithm.name`` is that method, under explicit
 ``algorithm.*`` keys): IFCA, FeSEM, FedEM and FedRC get the true number of distributions M (0 = the partition's M,
-App. E.1), Flux / Flux-soft the dataset's DBSCAN eps scaling (App. D.2), and pFedMe the λ, η, η_p that ``flplat tune``
-chose under Flux's protocol (:data:`PFEDME_TUNED`; Flux states none).
+App. E.1) and Flux / Flux-soft the dataset's DBSCAN eps scaling (App. D.2).
 Re-run after changing the template: python tools/make_flux_configs.py
 """
 
@@ -30,35 +29,23 @@ SHIFTS = ("feature", "label", "concept_yx", "concept_xy")
 DATASETS = {"mnist": 1.0, "fmnist": 0.95, "cifar10": 1.0, "cifar100": 0.98}
 MODEL = {"cifar100": ("resnet9", "ResNet-9", 15)}  # dataset -> (model, name, rounds); else LeNet-5, 10 rounds
 
-# pFedMe's settings under Flux's protocol (Flux states none): the point `flplat tune` chose on the validation split,
-# MNIST P(Y) level 5 at the reduced scale (500 samples per client), over configs/search_spaces/flux_pfedme.yaml;
-# docs/results.md, "pFedMe under Flux's protocol", has every grid point's value. pFedMe's own paper's settings
-# (λ 15, η 0.005, η_p 0.1) are the algorithm's defaults and the "pFedMe (its paper's settings)" row.
-PFEDME_TUNED = {"lam": LAM, "lr": LR, "personal_lr": PLR}
-PFEDME_NOTE = ("# pFedMe: Flux states no settings; λ, η, η_p chosen by `flplat tune` on the validation split under "
-               "Flux's protocol\n# (MNIST P(Y) level 5, reduced scale; grid configs/search_spaces/flux_pfedme.yaml; "
-               "docs/results.md,\n# \"pFedMe under Flux's protocol\"). Its own paper's λ 15, η 0.005, η_p 0.1: "
-               "the algorithm's defaults.\n")
-
 TRUE_M = """# Per-method keys, applied when algorithm.name is that method (an explicit algorithm.KEY wins).
 # App. E.1: IFCA, FeSEM, FedEM and FedRC are given the true number of distributions M (0: the partition's M).
-{pfedme_note}{scaling_note}algorithm_defaults:
+{scaling_note}algorithm_defaults:
   ifca: {{num_clusters: 0}}
   fesem: {{num_clusters: 0}}
   fedem: {{num_components: 0}}
-  fedrc: {{num_clusters: 0}}
-  pfedme: {{{pfedme}}}{scaling}
+  fedrc: {{num_clusters: 0}}{scaling}
 """
 
 
 def defaults(scaling: float) -> str:
     """The ``algorithm_defaults`` block of a config (true M for the baselines; Flux's eps scaling when not 1)."""
-    pfedme = dict(pfedme_note=PFEDME_NOTE, pfedme=", ".join(f"{k}: {v}" for k, v in PFEDME_TUNED.items()))
     if scaling == 1.0:
-        return TRUE_M.format(scaling_note="", scaling="", **pfedme)
+        return TRUE_M.format(scaling_note="", scaling="")
     lines = "".join(f"\n  {m}: {{dbscan_scaling: {scaling}}}" for m in ("flux", "flux_soft"))
     note = f"# App. D.2: Flux's DBSCAN eps scaling on this dataset is {scaling}.\n"
-    return TRUE_M.format(scaling_note=note, scaling=lines, **pfedme)
+    return TRUE_M.format(scaling_note=note, scaling=lines)
 
 
 # App. B.2's training setup, shared by the Table 1 cells and the real-world sets (a format template: {rounds})

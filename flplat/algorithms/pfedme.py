@@ -38,9 +38,9 @@ step, i.e. FedAvg.
 Settings under Flux's protocol (seed 003). The defaults are pFedMe's own MNIST settings (λ 15, K 5, η 0.005, η_p 0.1),
 which Flux does not state it used and which barely train in Flux's 10 rounds. Flux's tables therefore have two pFedMe
 rows: "pFedMe (its paper's settings)" sets these defaults explicitly, and "pFedMe" takes the λ, η, η_p that
-``flplat tune`` chose on the validation split under Flux's protocol (grid configs/search_spaces/flux_pfedme.yaml, the
-point in the ready configs' ``algorithm_defaults.pfedme``; tools/make_flux_configs.py; docs/results.md, "pFedMe under
-Flux's protocol").
+``flplat tune`` chose on the validation split under Flux's protocol (grid configs/search_spaces/flux_pfedme.yaml; the
+chosen point, the command and every grid point's value in configs/flux/pfedme_tuned.yaml; docs/results.md, "pFedMe
+under Flux's protocol").
 
 PFLlib's pFedMe (TsingZ0/PFLlib ``serverpFedMe`` / ``clientpFedMe``), a likely source of other papers' pFedMe
 numbers, differs in what it scores. ``pFedMeOptimizer.step`` returns ``group['params']``, the model's own parameters,
