@@ -9,7 +9,7 @@ The four here read the pool's labels only (``takes="labels"``): pure functions `
 labels, their ``partition.*`` keys and a ``numpy.random.Generator``, returning one sorted ``int64`` index array per
 client, pairwise disjoint; :func:`partition` runs one on labels alone.
 
-Protocols (Clust-PSI-PFL §IV-A-b, following the authors' code as recorded in SEED-NOTES.md):
+Protocols (Clust-PSI-PFL §IV-A-b, following the authors' public code):
 
 * ``iid`` -- shuffle all indices and deal them evenly (``np.array_split``: sizes differ by at most one).
 * ``dirichlet`` -- the FedArtML / NIID-Bench label-skew protocol. For each class (in label order) draw

@@ -1,6 +1,6 @@
-"""Flux's shift generators (Fenoglio et al., App. B.1 and F.1 Table 9; SEED-NOTES "Flux"): ``partition.name=shift``,
-keys ``partition.type``, ``level``, ``num_unseen_clients``, ``samples_per_client``, ``label_bank_size``,
-``train_copies`` (:class:`ShiftConfig`).
+"""Flux's shift generators (Fenoglio et al., App. B.1 and F.1 Table 9; the authors' public code where the paper is
+open): ``partition.name=shift``, keys ``partition.type``, ``level``, ``num_unseen_clients``, ``samples_per_client``,
+``label_bank_size``, ``train_copies`` (:class:`ShiftConfig`).
 
 The pool is first dealt IID to ``num_clients`` training clients plus ``num_unseen_clients`` test-only clients
 (``samples_per_client`` each, or the pool split evenly). A shift type defines a finite list of *distributions*
@@ -15,13 +15,13 @@ Shift types (``partition.type``) and levels (``partition.level`` = the row of Ta
 * ``feature`` — P(X): a client applies one (rotation, colour) pattern to all its images. Level l uses
   r = (2, 3, 4, 5, 2, 3, 4, 5)[l-1] rotations by i·360/r degrees (counter-clockwise) and, from level 5, the colours
   {red, blue, green}; M = r (levels 1–4) or 3r (levels 5–8). Colour: grey images are repeated to 3 channels and
-  the chosen channel is set to the brightest value of the pool (SEED-NOTES: "colour sets one RGB channel to 1").
+  the chosen channel is set to the brightest value of the pool (the authors' code sets one RGB channel to 1).
   Multiples of 90° are exact (``torch.rot90``); other angles use bilinear resampling, the corners filled with
   each channel's background (its minimum) value.
 * ``label`` — P(Y): a bank of ``label_bank_size`` (5) class sets of size C + 1 − l (11 − l for 10 classes), drawn
   once; a client keeps only the classes of its set, then each of its splits is resampled with replacement back to
-  the size it had before the filtering (SEED-NOTES). Resampling happens after the train/val/test split, so no image
-  is in two splits of a client. M = bank size.
+  the size it had before the filtering (as the authors' code does). Resampling happens after the train/val/test
+  split, so no image is in two splits of a client. M = bank size.
 * ``concept_yx`` — P(Y|X): a swap pool of l classes is drawn once; each training client draws an independent
   random permutation of the pool and relabels its samples (y -> perm[y]). Clients with the same permutation share a
   distribution id. No test phase exists for this shift (labels are needed): ``meta["test_phase"]`` says so.
