@@ -1,5 +1,5 @@
-"""tools/bench_pfl.py: the pfl side gets the platform's data, partition and sampled clients; the flplat sides run
-without pfl; a missing pfl is one line saying how to install it."""
+"""tools/benchmarks/bench_pfl.py: the pfl side gets the platform's data, partition and sampled clients; the flplat
+sides run without pfl; a missing pfl is one line saying how to install it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from conftest import REPO
 
 from flplat.experiment import load_config, prepare, run
 
-spec = importlib.util.spec_from_file_location("bench_pfl", REPO / "tools" / "bench_pfl.py")
+SCRIPT = REPO / "tools" / "benchmarks" / "bench_pfl.py"
+spec = importlib.util.spec_from_file_location("bench_pfl", SCRIPT)
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
@@ -51,7 +52,7 @@ def test_the_plan_is_the_platforms_partition_and_sampled_clients(idx_data, tmp_p
 
 
 def test_flplat_sides_run_without_pfl(idx_data, tmp_path):
-    res = subprocess.run([sys.executable, str(REPO / "tools" / "bench_pfl.py"), *TINY, "--rounds", "2",
+    res = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--rounds", "2",
                           "--sides", "loop,vec", "--repeats", "1", "--no-warmup", "--data-root", str(idx_data)],
                          cwd=REPO, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "HOME": str(tmp_path)})
@@ -77,7 +78,7 @@ PFL = os.environ.get("PFL_PYTHON") or sys.executable
 @pytest.mark.skipif(not os.environ.get("PFL_PYTHON") and importlib.util.find_spec("pfl") is None,
                     reason="pfl is not installed (pip install 'flplat[pfl]', or $PFL_PYTHON: an interpreter with it)")
 def test_the_pfl_side_runs(idx_data, tmp_path):
-    res = subprocess.run([sys.executable, str(REPO / "tools" / "bench_pfl.py"), *TINY, "--rounds", "2",
+    res = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--rounds", "2",
                           "--sides", "pfl,vec", "--repeats", "1", "--no-warmup", "--data-root", str(idx_data),
                           "--pfl-python", PFL], cwd=REPO, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "HOME": str(tmp_path)})
