@@ -55,8 +55,9 @@ def is_multi_process(fcfg) -> bool:
 
 def build_fabric(fcfg):
     """A launched Lightning Fabric: one process, or several (``fabric.devices`` × ``fabric.num_nodes``) that
-    shard each round's clients (see :mod:`flplat.engine.sharding`). One CPU process at ``32-true`` gets
-    :class:`~flplat.engine.plain_fabric.PlainFabric` instead (the same behaviour without Lightning's import)."""
+    shard each round's clients (see :mod:`flplat.engine.sharding`)."""
+    from lightning.fabric import Fabric
+
     accel = fcfg.accelerator
     if accel in ("cuda", "gpu") and not torch.cuda.is_available():
         raise ConfigError(f"fabric.accelerator={accel!r} but no CUDA device is visible; allowed here: cpu, auto")
@@ -65,14 +66,6 @@ def build_fabric(fcfg):
         devices = int(devices)
     if isinstance(devices, int) and devices < 1:
         raise ConfigError(f"fabric.devices={devices!r} is out of range; allowed: an integer >= 1, a list or 'auto'")
-    from flplat.engine.plain_fabric import PlainFabric, plain_fabric_applies
-
-    if plain_fabric_applies(fcfg):
-        if fcfg.num_threads > 0:
-            torch.set_num_threads(fcfg.num_threads)
-        return PlainFabric()
-    from lightning.fabric import Fabric
-
     multi = is_multi_process(fcfg)
     if multi:
         from flplat.engine.sharding import close_process_group_at_exit, loopback_rendezvous

@@ -1,13 +1,11 @@
-"""Client-side training and evaluation: one module and one Fabric loop, reused for every client.
+"""Client-side training and evaluation: one LightningModule and one Fabric loop, reused for every client.
 
-The trainer holds a single network wrapped in :class:`ClientModule`. For each client it
+The trainer holds a single network wrapped in :class:`ClientModule` (a LightningModule). For each client it
 loads the planned start weights into that network, clears the optimizer state (a fresh optimizer in effect),
 and runs the local epochs over in-memory tensors: a batch is ``x[idx]`` on the pooled data, so there is no
 DataLoader on the hot path. Fabric supplies the device, the precision (autocast / gradient scaling through
 ``fabric.backward`` and its optimizer wrapper) and, later, the collectives; the network is never wrapped in
-DDP, because different processes train different clients. One CPU process at full precision gets
-:class:`~flplat.engine.plain_fabric.PlainFabric` (Fabric's interface without importing Lightning), so nothing
-here imports Lightning: a real Fabric comes from :func:`flplat.experiment.build_fabric`.
+DDP, because different processes train different clients.
 
 Randomness: each (round, client) gets its own derived seed for batch order and dropout, so a client's
 result does not depend on which other clients ran before it or in which process.
@@ -31,37 +29,24 @@ import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+import lightning as L
 import numpy as np
 import torch
+from lightning.fabric import Fabric
+from lightning.fabric.plugins.precision import Precision
 from torch import nn
 
 from flplat.engine.optim import make_optimizer
-from flplat.engine.plain_fabric import PlainPrecision
 from flplat.maths.losses import hits, task_loss
 from flplat.metrics.multilabel import macro_auroc
 from flplat.protocol.state import ParamLayout
 from flplat.protocol.strategy import ClientPlan, ClientResult, EvalResult, HookContext, LocalHook
 
-if TYPE_CHECKING:
-    from lightning.fabric import Fabric
-
-    from flplat.engine.plain_fabric import PlainFabric
-
 _NVML_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
-def plain_precision(precision) -> bool:
-    """Whether a Fabric's precision plugin is the identity (``32-true``: Lightning's ``Precision`` base itself)."""
-    if isinstance(precision, PlainPrecision):
-        return True
-    from lightning.fabric.plugins.precision import Precision  # a real Fabric: Lightning is imported already
-
-    return type(precision) is Precision
-
-
-class ClientModule(nn.Module):
+class ClientModule(L.LightningModule):
     """A client's model: cross-entropy (multi-label data: binary cross-entropy) training step plus the plan's extra
     loss terms."""
 
@@ -127,7 +112,7 @@ def resolve_plan(plan: ClientPlan, defaults: LocalSettings) -> LocalSettings:
 class ClientTrainer:
     """Trains and evaluates clients with one reusable network through Lightning Fabric."""
 
-    def __init__(self, fabric: Fabric | PlainFabric, net: nn.Module, x: torch.Tensor, y: torch.Tensor, optimizer_cfg,
+    def __init__(self, fabric: Fabric, net: nn.Module, x: torch.Tensor, y: torch.Tensor, optimizer_cfg,
                  batch_size: int, local_epochs: int, eval_batch_size: int = 1024):
         self.fabric = fabric
         self.module = ClientModule(net)
@@ -150,7 +135,7 @@ class ClientTrainer:
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
         # fp32: Fabric's backward/step wrappers only add per-step overhead -- also under the DDP strategy of sharded
         # runs, since client models are never wrapped in DDP (nothing for the strategy to synchronise)
-        self._plain = plain_precision(fabric.strategy.precision)
+        self._plain = type(fabric.strategy.precision) is Precision
         # 16-mixed: Fabric's gradient scaler. Every client (every phase) starts from ``loss_scale`` with a fresh
         # growth tracker, as it starts with fresh optimizer state; the executor sets ``loss_scale`` after each
         # train call to the smallest scale its clients ended with (see flplat/engine/executor.py)

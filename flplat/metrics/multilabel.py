@@ -24,16 +24,13 @@ import warnings
 
 import numpy as np
 import torch
+from torchmetrics.functional.classification import binary_auroc, multilabel_auroc
 
 from flplat.metrics.evaluation import ad_sdad
 
 
 def per_label_auroc(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """ROC AUC of each label (C,), NaN where the label's targets are all 0 or all 1."""
-    # imported here: torchmetrics imports torchvision, scipy.signal and matplotlib (~2 s), which only multi-label
-    # runs need
-    from torchmetrics.functional.classification import binary_auroc, multilabel_auroc
-
     s, t = scores.detach().float().cpu(), targets.detach().cpu().round().long()
     c = s.shape[1]
     both = (t.sum(0) > 0) & (t.sum(0) < t.shape[0])
