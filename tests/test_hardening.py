@@ -257,11 +257,11 @@ class _Swallow:
     def __init__(self):
         self.rounds = 0
 
-    def on_start(self, orch):
+    def on_start(self, start):
         pass
 
-    def on_round_end(self, orch, t, metrics):
-        self.rounds = t
+    def on_round_end(self, end):
+        self.rounds = t = end.round
         if t == 1:
             try:
                 os.kill(os.getpid(), signal.SIGINT)
@@ -269,7 +269,7 @@ class _Swallow:
             except KeyboardInterrupt:
                 pass
 
-    def on_end(self, orch, status):
+    def on_end(self, end):
         pass
 
 
@@ -279,7 +279,7 @@ def test_swallowed_ctrl_c_still_ends_the_run(tmp_path, tiny_cfg):
 
 
 class _CtrlCAtStart(_Swallow):
-    def on_start(self, orch):  # after the MLflow run was created (the tracker starts first)
+    def on_start(self, start):  # after the MLflow run was created (the tracker starts first)
         raise KeyboardInterrupt
 
 
@@ -338,10 +338,10 @@ def test_ctrl_c_ends_a_stuck_process(mode, signals, rcs):
 
 @pytest.mark.slow
 def test_sigint_at_many_points_of_a_run_always_ends_it():
-    """tools/sigint_stress.py: SIGINT at start-up, mid-round, during the tracking writes; each run ends (exit 130)
-    within 40 s and is KILLED in the store (or was not created yet)."""
+    """tools/scripts/sigint_stress.py: SIGINT at start-up, mid-round, during the tracking writes; each run ends
+    (exit 130) within 40 s and is KILLED in the store (or was not created yet)."""
     for args in (["--delays", "0.5,2,4,6,8"], ["--after-round", "1", "--delays", "0,0.03,0.06,0.1,0.15,0.2,0.3"]):
-        p = subprocess.run([sys.executable, str(REPO / "tools" / "sigint_stress.py"), "--limit", "40", *args],
+        p = subprocess.run([sys.executable, str(REPO / "tools/scripts/sigint_stress.py"), "--limit", "40", *args],
                            env=ENV, capture_output=True, text=True, timeout=1200)
         assert p.returncode == 0, p.stdout + p.stderr
 

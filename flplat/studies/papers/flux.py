@@ -35,8 +35,13 @@ at this size where the full descriptor does not; docs/flux_clustering.md).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
+from flplat.algorithms.pfedme import PFedMe
 from flplat.studies.papers import SMOKE
-from flplat.studies.reproduce import Cell, Method, Table, plot_cells, plot_series
+from flplat.studies.reproduce import REPO, Cell, Method, Table, plot_cells, plot_series
 
 SHIFTS = ("feature", "label", "concept_yx", "concept_xy")
 LEVELS = tuple(range(1, 9))  # App. F.1 / Table 9: eight non-IID levels per shift
@@ -44,10 +49,34 @@ CELLS = [Cell(f"{s}_l{lv}", f"configs/flux/table1/mnist_{s}_l{lv}.yaml") for s i
 # "Flux" is the paper's method (the knee of App. D.2 alone, the algorithm's default); "Flux + noise guard" adds our
 # noise guard (algorithm.knee_guard=noise, not in the paper; docs/flux_clustering.md), its own row
 GUARDED = "Flux + noise guard"
+# pFedMe: Flux states no settings. "pFedMe" runs with the λ, η, η_p that `flplat tune` chose on the validation split
+# under Flux's protocol (grid configs/search_spaces/flux_pfedme.yaml), read from PFEDME_TUNED, the config of the chosen
+# point (its header: the command and every grid point's value); "pFedMe (its paper's settings)" with pFedMe's own MNIST
+# λ, η, η_p (the algorithm's defaults, set explicitly: the same config, so the same hash, as the earlier pFedMe runs)
+PFEDME_PAPER = "pFedMe (its paper's settings)"
+PFEDME_TUNED = "configs/flux/pfedme_tuned.yaml"
+PFEDME_TUNED_KEYS = ("lam", "lr", "personal_lr")  # the keys of the grid
+
+
+def pfedme_paper_overrides() -> list[str]:
+    """pFedMe's own paper's settings (Dinh et al. 2020, MNIST: λ 15, η 0.005, η_p 0.1; the Config's defaults) as
+    explicit overrides of the keys the grid tunes."""
+    paper = PFedMe.Config()
+    return ["algorithm.name=pfedme", *(f"algorithm.{k}={getattr(paper, k)}" for k in PFEDME_TUNED_KEYS)]
+
+
+def pfedme_tuned_overrides(path: str | Path = REPO / PFEDME_TUNED) -> list[str]:
+    """The tuned λ, η, η_p as overrides, read from the ``algorithm`` section of the chosen point's config."""
+    algorithm = yaml.safe_load(Path(path).read_text())["algorithm"]
+    return ["algorithm.name=pfedme", *(f"algorithm.{k}={algorithm[k]}" for k in PFEDME_TUNED_KEYS)]
+
+
 METHODS = [*(Method(n, [f"algorithm.name={a}"]) for n, a in (
     ("FedAvg", "fedavg"), ("IFCA", "ifca"), ("FedRC", "fedrc"), ("FedEM", "fedem"), ("FeSEM", "fesem"),
-    ("FedDrift", "feddrift"), ("CFL", "cfl"), ("pFedMe", "pfedme"), ("APFL", "apfl"), ("ATP", "atp"),
-    ("Flux", "flux"))), Method(GUARDED, ["algorithm.name=flux", "algorithm.knee_guard=noise"]),
+    ("FedDrift", "feddrift"), ("CFL", "cfl"))), Method("pFedMe", pfedme_tuned_overrides()),
+    Method(PFEDME_PAPER, pfedme_paper_overrides()),
+    *(Method(n, [f"algorithm.name={a}"]) for n, a in (("APFL", "apfl"), ("ATP", "atp"), ("Flux", "flux"))),
+    Method(GUARDED, ["algorithm.name=flux", "algorithm.knee_guard=noise"]),
     Method("Flux-prior", ["algorithm.name=flux_prior"])]
 CLUSTERED = [m for m in METHODS if m.name in ("IFCA", "FeSEM", "FedDrift", "CFL", "Flux", GUARDED, "Flux-prior")]
 SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=30"],  # 20 clients (10 unseen) x 30 = the 600 pool
@@ -55,16 +84,45 @@ SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=30"],  # 20 clients (1
 # said in every header at the reduced and paper scale: which row is the paper's Flux
 GUARD = ("\"Flux\" is the paper's adaptive DBSCAN (the knee alone, App. D.2); \"Flux + noise guard\" adds our noise "
          "guard (algorithm.knee_guard=noise, not in the paper; docs/flux_clustering.md)")
+# said in the reduced header: Flux gives no pFedMe settings, so there are two rows
+PFEDME_NOTE = ("Flux gives no pFedMe settings: \"pFedMe\" uses the λ, η, η_p that flplat tune chose on the validation "
+               "split under this protocol (grid configs/search_spaces/flux_pfedme.yaml, the point in "
+               "configs/flux/pfedme_tuned.yaml); \"pFedMe (its paper's settings)\" uses pFedMe's own λ = 15, K = 5, "
+               "η = 0.005, η_p = 0.1, which trains little in 10 rounds and diverges on some cells (docs/results.md, "
+               "'pFedMe under Flux's protocol').")
 NOTES = {"smoke": "CI size: 30 samples per client, 2 rounds of 1 epoch, the MLP",
          "reduced": "500 samples per client instead of the whole pool dealt evenly (about 3,000), SGD lr 0.03 instead "
-                    "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper. pFedMe runs with its own paper's "
-                    "λ = 15, K = 5, η = 0.005, η_p = 0.1 (Flux gives none; K steps on one minibatch, plain-SGD inner "
-                    "solve, as its Algorithm 1) and trains little in 10 rounds (its inner solve diverges on some "
-                    "cells): its rows are not a fair comparison (docs/results.md, 'pFedMe under Flux's protocol'). "
-                    + GUARD,
+                    "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper. " + PFEDME_NOTE + " " + GUARD,
          "paper": "the paper's setting (the ready configs as they are). " + GUARD}
 COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005,
               focus=["Flux", GUARDED, "Flux-prior"])
+
+
+UNSEEN_WORDS = {"global": "the global model", "cluster_ensemble": "the ensemble of the cluster models weighted by "
+                "their training clients (App. F.1)", "client_ensemble": "the equally weighted ensemble of the trained "
+                "clients' models", "test_time": "the model inferred at test time from their unlabeled data"}
+
+
+def unseen_models(methods) -> str:
+    """Which model scores each method's unseen clients in the test phase: what its algorithm declares
+    (``eval_models.unseen``, :class:`flplat.protocol.strategy.EvalModels`; logged on each run as
+    ``flplat.eval.unseen_model``), in one sentence for the test-phase tables' headers."""
+    from flplat.algorithms import ALGORITHMS
+
+    groups: dict[str, list[str]] = {}
+    for m in methods:
+        algo = next((o.split("=", 1)[1] for o in m.overrides if o.startswith("algorithm.name=")), None)
+        d = ALGORITHMS[algo].eval_models if algo in ALGORITHMS else None
+        if d is not None:
+            words = f"not applicable ({d.note})" if d.unseen == "not_applicable" else UNSEEN_WORDS[d.unseen]
+            groups.setdefault(words, []).append(m.name)
+    return ("Unseen clients are scored with the model each method declares: " +
+            "; ".join(f"{', '.join(names)}: {words}" for words, names in groups.items()) + ".")
+
+
+def with_unseen(notes: dict[str, str], methods) -> dict[str, str]:
+    """``notes`` with the :func:`unseen_models` sentence after each scale's."""
+    return {scale: f"{note.rstrip('.')}. {unseen_models(methods)}" for scale, note in notes.items()}
 
 
 # App. F.1: "We did not evaluate the performance of test phase on P(Y|X) concept shift, as this problem is unsolvable
@@ -102,7 +160,7 @@ TABLES = [
           metric="known_association_accuracy", **COMMON),
     Table("test_phase", "Flux App. F.1 (MNIST): test-phase accuracy (unseen, unlabeled clients)", CELLS, METHODS,
           metric="test_phase_accuracy", undefined={c.id: NO_TEST_PHASE for c in CELLS if c.id.startswith("concept_yx")},
-          **COMMON),
+          **{**COMMON, "notes": with_unseen(NOTES, METHODS)}),
     Table("ari", "Flux (MNIST): ARI of the clustering against the true distribution ids", CELLS, CLUSTERED,
           metric="ari", reference=None, figure=_ari_figure, **{**COMMON, "scale_factor": 1.0, "tie": 0.05}),
     Table("tau", "Flux (MNIST): τ, the number of clusters each clustered method ends with, and the true M", CELLS,
@@ -117,8 +175,8 @@ TABLES = [
 
 # ---------------------------------------------------------------------- Table 1's other datasets (App. F.1, F.4, B.1)
 # FMNIST / CIFAR-10 / CIFAR-100: the per-shift, per-level tables of App. F.1 (FMNIST 22-29, CIFAR-10 32-39, CIFAR-100
-# 42-49) at levels 1-8 as the MNIST tables; the ready configs of tools/make_flux_configs.py (LeNet-5; ResNet-9
-# and 15 rounds on CIFAR-100; DBSCAN scaling 0.95 / 1.0 / 0.98, App. D.2)
+# 42-49) at levels 1-8 as the MNIST tables; the ready configs of tools/generators/make_flux_configs.py (LeNet-5;
+# ResNet-9 and 15 rounds on CIFAR-100; DBSCAN scaling 0.95 / 1.0 / 0.98, App. D.2)
 IMAGE_SETS = {"fmnist": ("FMNIST", "LeNet-5"), "cifar10": ("CIFAR-10", "LeNet-5"),
               "cifar100": ("CIFAR-100", "ResNet-9, 15 rounds")}
 
@@ -133,7 +191,8 @@ def _image_tables(d: str) -> list[Table]:
               metric="known_association_accuracy", **common),
         Table(f"test_phase_{d}", f"Flux App. F.1 ({name}): test-phase accuracy (unseen, unlabeled clients)", cells,
               METHODS, metric="test_phase_accuracy",
-              undefined={c.id: NO_TEST_PHASE for c in cells if c.id.startswith("concept_yx")}, **common),
+              undefined={c.id: NO_TEST_PHASE for c in cells if c.id.startswith("concept_yx")},
+              **{**common, "notes": with_unseen(notes, METHODS)}),
         Table(f"ari_{d}", f"Flux ({name}): ARI of the clustering against the true distribution ids", cells, CLUSTERED,
               metric="ari", reference=None, figure=lambda ctx, name=name: plot_cells(
                   ctx.ours, f"Flux: ARI against the true distributions ({name}, scale {ctx.scale})", "ARI", ctx.path),
@@ -146,8 +205,8 @@ def _image_tables(d: str) -> list[Table]:
 
 
 # CheXpert (App. F.4, Table 59; Table 1 is the mean of its three levels) and Office-Home (Table 1): the ready configs
-# of tools/make_flux_configs.py (partition.name=metadata: App. B.1's distributions are level combinations of the
-# loaders' metadata columns; ResNet-9, 20 clients, 20 rounds on CheXpert, 40 on Office-Home, App. B.2 / F.4)
+# of tools/generators/make_flux_configs.py (partition.name=metadata: App. B.1's distributions are level combinations
+# of the loaders' metadata columns; ResNet-9, 20 clients, 20 rounds on CheXpert, 40 on Office-Home, App. B.2 / F.4)
 CHEXPERT_METHODS = [m for m in METHODS if m.name != "ATP"]  # App. F.4: "The ATP baseline is omitted"
 CHEXPERT_CELLS = [Cell(lv, f"configs/flux/chexpert_{lv}.yaml") for lv in ("low", "medium", "high")]
 OFFICEHOME_CELLS = [Cell("domains", "configs/flux/officehome.yaml")]
@@ -180,12 +239,14 @@ TABLES += [
     Table("chexpert_known_association", "Flux App. F.4 / Table 59 (CheXpert): macro ROC AUC with known association, "
           "three non-IID levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="known_association_auroc", **CHEXPERT),
     Table("chexpert_test_phase", "Flux App. F.4 / Table 59 (CheXpert): macro ROC AUC in the test phase, three non-IID "
-          "levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="test_phase_auroc", **CHEXPERT),
+          "levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="test_phase_auroc",
+          **{**CHEXPERT, "notes": with_unseen(CHEXPERT_NOTES, CHEXPERT_METHODS)}),
     Table("officehome_known_association", "Flux Table 1 (Office-Home): accuracy with known association, its four "
           "domains as the distributions", OFFICEHOME_CELLS, METHODS, metric="known_association_accuracy",
           **OFFICEHOME),
     Table("officehome_test_phase", "Flux Table 1 (Office-Home): test-phase accuracy, its four domains as the "
-          "distributions", OFFICEHOME_CELLS, METHODS, metric="test_phase_accuracy", **OFFICEHOME),
+          "distributions", OFFICEHOME_CELLS, METHODS, metric="test_phase_accuracy",
+          **{**OFFICEHOME, "notes": with_unseen(OFFICEHOME_NOTES, METHODS)}),
 ]
 
 # ------------------------------------------------- the means: Tables 10/11, 20/21, 30/31, 40/41, Figs. 4, 12, Table 1
