@@ -91,7 +91,7 @@ def test_stale_runs_listed_and_marked(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from flplat.cli import main
-    from flplat.tracking.runs import HEARTBEAT_INTERVAL_TAG, HEARTBEAT_TAG
+    from flplat.tracking.heartbeat import HEARTBEAT_INTERVAL_TAG, HEARTBEAT_TAG
 
     store = tmp_path / "store"
     store.mkdir()
@@ -112,6 +112,19 @@ def test_resume_refuses_other_overrides_and_missing_checkpoint(tmp_path, capsys)
     assert "only tracking.* keys" in capsys.readouterr().err
     assert main(["run", "--resume", "abc", f"tracking.store_dir={tmp_path}"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+    # a checkpoint of an earlier version (the methods' state in ServerState.extra): one line, exit 2, not resumed
+    import pickle
+
+    from flplat.experiment import load_config
+    from flplat.tracking.store import checkpoint_path
+
+    path = checkpoint_path(load_config(None, [f"tracking.store_dir={tmp_path}"]).tracking, "old")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps({"version": 1, "round": 2}))
+    assert main(["run", "--resume", "old", f"tracking.store_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "has version 1, expected 2" in err and "run the config again" in err and "Traceback" not in err
 
 
 def _orchestrator(cfg, callbacks=()):
@@ -135,10 +148,10 @@ def test_strategy_state_outside_server_state_is_checkpointed(tiny_cfg):
     aggregate): a restored run that lost them would diverge."""
     import torch
 
-    from flplat.algorithms.fedavg import FedAvg
+    from flplat.api import FedAvgStrategy
     from flplat.engine import checkpoint
 
-    class Counting(FedAvg):
+    class Counting(FedAvgStrategy):
         def init_state(self, init_weights, rng, ops):
             self.offset = 0.5
             return super().init_state(init_weights, rng, ops)
@@ -169,7 +182,7 @@ def test_tracking_store_failure_ends_failed_in_one_line(tiny_cfg, tmp_path, monk
 
     from flplat.errors import TrackingStoreError
     from flplat.experiment import run
-    from flplat.tracking import runs
+    from flplat.tracking.store import store_uris
 
     real = MlflowClient.log_batch
 
@@ -183,7 +196,7 @@ def test_tracking_store_failure_ends_failed_in_one_line(tiny_cfg, tmp_path, monk
                       "tracking.plots": "false"})
     with pytest.raises(TrackingStoreError, match="failed at round 2: database is locked$"):
         run(cfg, progress=False)
-    c = MlflowClient(tracking_uri=runs.store_uris(None, str(tmp_path))[0])
+    c = MlflowClient(tracking_uri=store_uris(None, str(tmp_path))[0])
     (r,) = c.search_runs([c.get_experiment_by_name("flplat").experiment_id])
     assert r.info.status == "FAILED" and "database is locked" in r.data.tags["flplat.error"]
     assert (tmp_path / "checkpoints" / f"{r.info.run_id}.pt").is_file()  # kept: resumable once the store is back
@@ -192,7 +205,7 @@ def test_tracking_store_failure_ends_failed_in_one_line(tiny_cfg, tmp_path, monk
 def test_heartbeat_marks_run_and_parent(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from flplat.tracking.runs import HEARTBEAT_TAG, Heartbeat, stale_runs
+    from flplat.tracking.heartbeat import HEARTBEAT_TAG, Heartbeat, stale_runs
 
     c = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = c.create_experiment("e")

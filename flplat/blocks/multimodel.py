@@ -1,13 +1,16 @@
 """Several models of one architecture on one client's data, and the EM maths of mixture methods.
 
-IFCA, FedDrift, FedEM and FedRC make a client score every one of M candidate models on its data. The M flat
-weight vectors are stacked to ``(M, P)`` and run in one batched pass of the stacked forward the vectorised engine
+IFCA, FedDrift, FeSEM, FedSoft, FedEM and FedRC make a client score every one of M candidate models on its data. The
+M flat weight vectors are stacked to ``(M, P)`` and run in one batched pass of the stacked forward the vectorised engine
 trains with (:class:`~flplat.maths.stacked.StackedForward`: ``vmap`` over ``functional_call`` of the shared
 network), so a linear layer becomes one batched matmul instead of M separate loads and forwards (a per-model loop
 is the fallback for models ``vmap`` cannot run).
 
 The pure functions here are tested on hand-computed values: per-sample losses, E-step responsibilities
-(``softmax(log π − ℓ)``, FedEM Eq. 10 / FedRC's ratio with the label prior), and the mixture prediction.
+(``softmax(log π − ℓ)``, FedEM Eq. 10 / FedRC's ratio with the label prior), and the mixture prediction. The
+server side: :func:`random_models` (further random initialisations of the run's model), :func:`model_losses` (every
+client's mean loss under each model, one batched pass per client) and :func:`plan_with_all_models` (train the
+client's cluster model, counting the download of all of them).
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ from torch.func import functional_call
 
 from flplat.maths.losses import task_loss
 from flplat.maths.stacked import StackedForward
+from flplat.protocol.seeding import derive_seed
 from flplat.protocol.state import ParamLayout
+from flplat.protocol.strategy import ClientPlan
+
+__all__ = ["losses_fn", "mixture_correct", "model_losses", "permuted_init", "plan_with_all_models", "random_models",
+           "responsibilities", "sample_losses", "stacked_logits"]
 
 
 def stacked_logits(net: nn.Module, layout: ParamLayout, models: torch.Tensor, x: torch.Tensor,
@@ -105,43 +113,16 @@ def random_models(w: torch.Tensor, layout: ParamLayout, count: int, rng: np.rand
     return torch.stack([w.clone()] + [permuted_init(w, layout, rng) for _ in range(count - 1)])
 
 
-def cluster_losses(losses: np.ndarray, groups: np.ndarray, weights: np.ndarray, num_clusters: int) -> np.ndarray:
-    """L[c, j] = weighted mean over the clients of cluster c of their mean loss under model j, from the per-client
-    ``(m, J)`` loss table, the clients' clusters ``groups`` and their ``weights`` (sample counts); rows of clusters
-    without a client are NaN."""
-    out = np.full((num_clusters, losses.shape[1]), np.nan)
-    for c in np.unique(groups):
-        sel = groups == c
-        out[c] = weights[sel] @ losses[sel] / weights[sel].sum()
-    return out
+def model_losses(models: torch.Tensor, ops, clients, round: int, chunk: int = 1024) -> np.ndarray:
+    """``(len(clients), M)`` mean train losses of each of the ``(M, P)`` models on each client (one batched pass per
+    client, :func:`losses_fn`; a client without training data gets zeros). Seeded by the round."""
+    out = ops.compute([(int(c), None) for c in clients], losses_fn(models, chunk), "train",
+                      seed=derive_seed(0, "losses", round))
+    return np.stack([o.mean(dim=1).double().numpy() if o.shape[1] else np.zeros(o.shape[0]) for o in out])
 
 
-def drift_distance(cl: np.ndarray) -> np.ndarray:
-    """FedDrift's cluster distance D(i, j) = max(L_i(θ_j) − L_i(θ_i), L_j(θ_i) − L_j(θ_j), 0) from the square
-    table ``cl[i, j]`` = loss of cluster i's data under model j (symmetric, zero diagonal; NaN where unknown)."""
-    gap = cl - np.diag(cl)[:, None]
-    d = np.maximum(np.maximum(gap, gap.T), 0.0)
-    np.fill_diagonal(d, 0.0)
-    return d
-
-
-def merge_groups(dist: np.ndarray, threshold: float) -> np.ndarray:
-    """Hierarchical merging: repeatedly merge the two closest groups while their distance is below ``threshold``,
-    the distance of a merged group to another being the larger of its parts' (complete linkage). Returns a label
-    per item (the smallest member index of its group)."""
-    n = dist.shape[0]
-    d = np.where(np.isnan(dist), np.inf, dist).astype(float)
-    np.fill_diagonal(d, np.inf)
-    labels = np.arange(n)
-    alive = np.ones(n, dtype=bool)
-    while alive.sum() > 1:
-        sub = np.where(alive[:, None] & alive[None, :], d, np.inf)
-        i, j = np.unravel_index(np.argmin(sub), sub.shape)
-        if not sub[i, j] < threshold:
-            break
-        i, j = min(i, j), max(i, j)
-        labels[labels == j] = i
-        d[i, :] = d[:, i] = np.maximum(d[i], d[j])
-        d[i, i] = np.inf
-        alive[j] = False
-    return labels
+def plan_with_all_models(state, client: int) -> ClientPlan:
+    """Train the client's cluster model ``state.clusters[state.assignment[client]]``; the download counts every
+    cluster model (the client scores all of them to pick its cluster: IFCA, FedDrift)."""
+    w = state.clusters[int(state.assignment[client])]
+    return ClientPlan(weights=w, extra_bytes_down=(state.clusters.shape[0] - 1) * w.numel() * w.element_size())

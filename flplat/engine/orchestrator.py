@@ -8,9 +8,8 @@ display) are callbacks on the round events, so the loop itself never logs.
 
 The seam with :mod:`flplat.engine.executor`: this module is the server side (what a round does, the run's
 metrics: :func:`clustering_scores`, the curve summaries, the test phase), the executor the client side (how each
-client's training, scoring and ``compute`` run). The executor's names (``LocalExecutor``, ``LazyRequests``,
-``request_clients``, ``subset``, ``_softmax_and_labels``) are re-exported here, so the import paths that name them
-in this module keep working; a monkeypatch must target :mod:`flplat.engine.executor` to reach the code.
+client's training, scoring and ``compute`` run). The executor's names live in :mod:`flplat.engine.executor`; reading
+``request_clients`` or ``subset`` from this module (their old path) warns until flplat 0.3.0.
 """
 
 from __future__ import annotations
@@ -23,8 +22,9 @@ import numpy as np
 import torch
 
 from flplat.data.containers import FederatedData
+from flplat.deprecation import moved
 from flplat.engine.batched_eval import EvalColumns, evaluate_shared, shared_model_groups
-from flplat.engine.executor import LazyRequests, LocalExecutor, _softmax_and_labels, request_clients, subset
+from flplat.engine.executor import LazyRequests, LocalExecutor, _softmax_and_labels
 from flplat.engine.failures import Diverged, reject_nonfinite
 from flplat.errors import raise_if_stopped
 from flplat.metrics.curves import curve_summary
@@ -35,16 +35,9 @@ from flplat.protocol.seeding import derive_seed
 from flplat.protocol.state import ServerState
 from flplat.protocol.strategy import Strategy
 
-__all__ = [
-    "Callback",
-    "LazyRequests",
-    "LocalExecutor",
-    "Orchestrator",
-    "RunSummary",
-    "clustering_scores",
-    "request_clients",
-    "subset",
-]
+__all__ = ["Callback", "Orchestrator", "RunSummary", "clustering_scores"]
+
+__getattr__ = moved(__name__, {"request_clients": "flplat.engine.executor", "subset": "flplat.engine.executor"})
 
 
 def clustering_scores(true: np.ndarray, assignment: np.ndarray) -> dict[str, float]:
