@@ -3,11 +3,15 @@ per call site, shown outside ``__main__`` too; ServerState.extra goes through it
 
 from __future__ import annotations
 
+import ast
+import importlib
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -127,3 +131,98 @@ def test_old_config_keys_warn_through_the_helper():
 
     with pytest.warns(FlplatDeprecationWarning, match="data.synthetic_samples is deprecated"):
         load_config(None, ["data.name=synthetic", "data.synthetic_samples=120"])
+
+
+# ---- no test or tool uses an old path -----------------------------------------------------------------------------
+# Every old path is a module-level ``__getattr__`` made by flplat.deprecation.moved (its mapping readable as
+# ``__getattr__.moved``). Running the suite turns their warnings into errors, but only on the lines it runs; this scan
+# also covers tools/ and the example plugin, and lines a test does not reach. A module whose names all moved (the old
+# module is nothing but the mapping) may not be imported at all.
+ROOT = Path(__file__).resolve().parents[1]
+SCANNED = ("tests", "tools", "docs/examples")
+EXEMPT = {"tests/test_module_split.py"}  # it reads each old path on purpose, and checks the warning
+# (so does a test function that expects the warning: ``pytest.warns(FlplatDeprecationWarning`` in its body)
+
+
+def old_paths() -> dict[str, set[str]]:
+    """{module: its moved names} for every module of flplat with a ``moved`` ``__getattr__``."""
+    out = {}
+    for path in sorted((ROOT / "flplat").rglob("*.py")):
+        if re.search(r"^__getattr__ = moved\(__name__", path.read_text(), re.M):
+            mod = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out[mod] = set(importlib.import_module(mod).__getattr__.moved)
+    return out
+
+
+def shim_only(module: str) -> bool:
+    """A module with nothing left but the moved names (and its imports)."""
+    tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+    return all(isinstance(n, (ast.Import, ast.ImportFrom)) or (isinstance(n, ast.Expr) and isinstance(
+        n.value, ast.Constant)) or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "__getattr__")
+        for n in tree.body)
+
+
+def old_path_uses(source: str, old: dict[str, set[str]], shims: set[str]) -> list[str]:
+    """``from OLD import NAME``, ``OLD_ALIAS.NAME`` and any import of a shim-only module, by line."""
+    found, aliases = [], {}
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                if node.module in shims or full in shims:
+                    found.append(f"line {node.lineno}: imports {node.module if node.module in shims else full}")
+                elif a.name in old.get(node.module, ()):
+                    found.append(f"line {node.lineno}: {full} (moved)")
+                elif full in old:
+                    aliases[a.asname or a.name] = full
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in shims:
+                    found.append(f"line {node.lineno}: imports {a.name}")
+                elif a.name in old and a.asname:
+                    aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            base = ast.unparse(node.value)
+            mod = aliases.get(base, base)
+            if node.attr in old.get(mod, ()):
+                found.append(f"line {node.lineno}: {mod}.{node.attr} (moved)")
+    checked = [range(f.lineno, f.end_lineno + 1) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+               and "pytest.warns(FlplatDeprecationWarning" in ast.get_source_segment(source, f)]
+    found = [u for u in found if not any(int(u.split()[1].rstrip(":")) in r for r in checked)]
+    return sorted(set(found), key=lambda s: int(s.split()[1].rstrip(":")))
+
+
+def test_old_path_finder_sees_each_form():
+    old = {"flplat.tracking.runs": {"HEARTBEAT_TAG"}, "flplat.engine.state": {"ServerState"}}
+    src = ("from flplat.tracking.runs import HEARTBEAT_TAG, open_client\n"
+           "from flplat.tracking import runs\nx = runs.HEARTBEAT_TAG\ny = runs.open_client\n"
+           "import flplat.tracking.runs as r2\nz = r2.HEARTBEAT_TAG\n"
+           "from flplat.engine.state import ParamLayout\nimport flplat.engine.state\n"
+           "from flplat.api import ServerState\n"
+           "def test_old():\n    import flplat.engine.state as s\n"
+           "    with pytest.warns(FlplatDeprecationWarning):\n        s.ServerState\n")
+    assert old_path_uses(src, old, {"flplat.engine.state"}) == [
+        "line 1: flplat.tracking.runs.HEARTBEAT_TAG (moved)", "line 3: flplat.tracking.runs.HEARTBEAT_TAG (moved)",
+        "line 6: flplat.tracking.runs.HEARTBEAT_TAG (moved)", "line 7: imports flplat.engine.state",
+        "line 8: imports flplat.engine.state"]
+
+
+def test_no_test_tool_or_example_uses_an_old_path():
+    old = old_paths()
+    shims = {m for m in old if shim_only(m)}
+    assert {"flplat.engine.state", "flplat.algorithms.base", "flplat.maths.aggregation"} <= shims
+    assert "flplat.tracking.runs" in old and "flplat.tracking.runs" not in shims
+    files = [p for d in SCANNED for p in sorted((ROOT / d).rglob("*.py"))]
+    bad = [f"{rel} {u}" for p in files if (rel := p.relative_to(ROOT).as_posix()) not in EXEMPT
+           for u in old_path_uses(p.read_text(), old, shims)]
+    assert not bad, "old import paths (import from flplat.api or the module named in the warning):\n" + "\n".join(bad)
+
+
+def test_the_suite_turns_flplats_own_deprecations_into_errors():
+    """pyproject.toml's filterwarnings: flplat's DeprecationWarnings are errors in the tests (a test or tool on an
+    old path fails), other packages' stay ignored."""
+    with pytest.raises(FlplatDeprecationWarning, match="use flplat.api.new_thing"):
+        _old_api()
+    warnings.warn("a third-party deprecation", DeprecationWarning, stacklevel=1)  # ignored: no error
