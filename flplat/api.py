@@ -41,7 +41,8 @@ linear layer), so that head/body methods (FedRep, CReFF, Flux descriptors) work 
 partition receives the dataset, its keys (``partition.KEY``, flat beside the shared :class:`PartitionConfig`:
 ``num_clients`` and the local split fractions) and an integer seed to spawn its random streams from; it returns a
 :class:`Partition` (each client's pool indices -- flplat cuts the local train / val / test splits -- or fixed
-splits, and optionally a new pool, unseen test-only clients, planted distribution ids, a public sample).
+splits, and optionally a new pool, unseen test-only clients, planted distribution ids, a public sample, a
+:class:`Drift`: the training clients' data changing at known rounds, each stage a :class:`ClientSplit` per client).
 ``plants=True``: it plants distributions (gives ``Partition.distribution``); ``multilabel=True``: it takes
 multi-label data. ``takes="labels"``: a protocol of the pool's labels alone, ``fn(labels, cfg, rng) -> list of index
 arrays``. The old form, ``@register_partition("name")`` on ``fn(labels, cfg, rng)`` without a Config (it reads the
@@ -56,9 +57,9 @@ family (:func:`random_models`, :func:`model_losses`, :func:`losses_fn`, :func:`p
 mixture rounds of FedEM and FedRC (:class:`MixtureStrategy`); client selection (:func:`sample_proportional`,
 :func:`client_losses`, :func:`round_robin`, :class:`LossAwareSelection`); another registered algorithm run inside a
 method (:func:`check_inner`, :func:`build_inner`); and the maths methods use: clustering without a given number of
-clusters (:func:`silhouette_kmeans`, :func:`adaptive_dbscan` with its knee rules, Flux's :func:`dynamic_start`) or
-with one (:func:`kmeans`), :func:`hellinger`, :func:`client_psi`, :func:`detection_metrics`,
-:func:`pairwise_distances`, :func:`task_loss`.
+clusters (:func:`silhouette_kmeans`, :func:`silhouette_agglomerative`, :func:`hdbscan`, :func:`adaptive_dbscan`
+with its knee rules, Flux's :func:`dynamic_start`) or with one (:func:`kmeans`), :func:`hellinger`,
+:func:`client_psi`, :func:`detection_metrics`, :func:`pairwise_distances`, :func:`task_loss`.
 
 **A method's state.** What a strategy carries between rounds goes in ``state.method``: an instance of a dataclass
 the strategy defines, set in ``init_state``, checkpointed with the server state. ``state.extra`` (string keys) is
@@ -102,7 +103,7 @@ from flplat.blocks.selection import (
 )
 from flplat.blocks.strategies import FedAvgStrategy
 from flplat.config import DataConfig, PartitionConfig
-from flplat.data.containers import Dataset, Partition
+from flplat.data.containers import ClientSplit, Dataset, Drift, Partition
 from flplat.data.datasets import register_dataset
 from flplat.data.partitions import register_partition
 from flplat.errors import ConfigError, check_choice, check_range, param_choice, param_out_of_range
@@ -110,11 +111,14 @@ from flplat.maths.clustering import (
     GUARD_CODES,
     KNEE_GUARDS,
     KNEE_RULES,
+    LINKAGES,
     NO_KNEE_RULES,
     NONPOSITIVE_RULES,
     adaptive_dbscan,
     dynamic_start,
+    hdbscan,
     kmeans,
+    silhouette_agglomerative,
     silhouette_kmeans,
 )
 from flplat.maths.dapfl_affinity import pairwise_distances
@@ -151,7 +155,7 @@ __all__ = [
     # registering
     "register_algorithm", "register_dataset", "register_model", "register_partition", "ALGORITHMS",
     # data, models, configs
-    "Dataset", "Partition", "SplitModel", "DataConfig", "PartitionConfig",
+    "Dataset", "Partition", "ClientSplit", "Drift", "SplitModel", "DataConfig", "PartitionConfig",
     "ConfigError", "check_choice", "check_range", "param_choice", "param_out_of_range",
     # method blocks (flplat.blocks): aggregation, bases, hooks, several models, mixtures, selection, composition
     "fedavg", "fedavg_by_group", "stack", "weighted_mean",
@@ -165,6 +169,6 @@ __all__ = [
     "build_inner", "check_inner",
     # maths and metrics methods use: clustering (flplat.maths.clustering), distances, the task loss, metrics
     "kmeans", "silhouette_kmeans", "NONPOSITIVE_RULES", "adaptive_dbscan", "NO_KNEE_RULES", "KNEE_RULES",
-    "KNEE_GUARDS", "GUARD_CODES", "dynamic_start", "pairwise_distances", "task_loss", "hellinger", "client_psi",
-    "detection_metrics",
+    "KNEE_GUARDS", "GUARD_CODES", "dynamic_start", "silhouette_agglomerative", "LINKAGES", "hdbscan",
+    "pairwise_distances", "task_loss", "hellinger", "client_psi", "detection_metrics",
 ]

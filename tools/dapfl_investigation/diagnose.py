@@ -29,11 +29,11 @@ class Probe(Callback):
         if round % self.every:
             return
         s, st = orch.strategy, orch.state
-        part = st.extra["participants"].numpy()
+        part = st.method.participants.numpy()
         w = torch.stack([st.personal.get(int(k)) for k in part]).double()
         mask = s.info.layout.mask("", params_only=True)
         d = pairwise_distances(w[:, mask], s.cfg.distance_power)
-        c = st.extra["affinity"][part][:, part]
+        c = st.method.affinity[part][:, part]
         full = dynamic_weights(c, d, s.cfg.sigma, s.cfg.eps)
         v2 = dynamic_weights(c, None)
         m = len(part)

@@ -27,6 +27,8 @@ FAILED = "failed: "  # the reason of a job whose run ended with an error (e.g. d
 # (no tau / ari logged), or any other metric the run did not log
 NO_CLUSTERS = "finished, clustering never started: "
 NO_VALUE = "finished without a value: "
+# a Few / Medium / Many class accuracy (DA-PFL Table IV) of a run in which no client's class fell in that bucket
+NO_BUCKET = {b: f"no {b.capitalize()} classes: " for b in ("few", "medium", "many")}
 # the reason of a derived cell's seed without a mean: some of its parts have no value (reproduction.derived)
 INCOMPLETE = "incomplete: "
 CLUSTERING_METRICS = ("tau", "ari")
@@ -36,15 +38,15 @@ UNKNOWN_CODE = "unknown code"  # one logged before runs recorded their code
 # Keys added with a default that changes what a run does (where the condition's params hold): a run made before the
 # key existed ran with the value given here, so it stands for a new run only when the new run asks for that value.
 LEGACY_VALUES: dict[str, tuple[str, dict[str, str]]] = {
-    # Flux's adaptive DBSCAN noise guard (issue 11, item 1): a run made before the key existed ran the knee alone,
-    # the paper's rule. The guard was the default from then until issue 24, and runs of that time log
+    # Flux's adaptive DBSCAN noise guard: a run made before the key existed ran the knee alone, the paper's rule.
+    # The guard was the default for a while (it is opt-in now), and runs of that time log
     # knee_guard=noise: by their logged value they stand for the "Flux + noise guard" row (same hash or compatible),
     # the earlier ones and those logging none for the "Flux" row (the default again). Flux-prior's K-means is
     # unaffected (INERT_KEYS)
     "algorithm.knee_guard": ("none", {"algorithm.clustering": "dbscan"}),
-    # APFL's v- and alpha-steps mixed with w after the step before issue 24 (now before it, as its Algorithm 1)
+    # APFL's v- and alpha-steps mixed with w after the step in older versions (now before it, as its Algorithm 1)
     "algorithm.mix_with": ("after", {"algorithm.name": "apfl"}),
-    # pFedMe's inner solve drew a fresh minibatch per step with the federation's optimizer before issue 24 (now K
+    # pFedMe's inner solve drew a fresh minibatch per step with the federation's optimizer in older versions (now K
     # steps on one minibatch with plain gradient steps, as its Algorithm 1 and the authors' code)
     "algorithm.inner_batch": ("fresh", {"algorithm.name": "pfedme"}),
     "algorithm.inner_optimizer": ("federation", {"algorithm.name": "pfedme"}),
@@ -245,6 +247,12 @@ class Store:
         name = metric.partition("@")[0]
         rounds = params.get("federation.rounds", "?")
         started = metrics.get("clustering_started")
+        bucket = name.removeprefix("acc_").partition("_")[0] if name.startswith("acc_") else ""
+        if bucket in NO_BUCKET:
+            edges = params.get("metrics.class_bucket_edges", "[30.0, 80.0]")
+            return (f"{NO_BUCKET[bucket]}the run finished after {rounds} rounds and no client's test classes fell in "
+                    f"the {bucket.capitalize()} bucket by their training counts (metrics.class_bucket_edges={edges}: "
+                    "Few < a <= Medium <= b < Many)")
         if name not in CLUSTERING_METRICS:
             return f"{NO_VALUE}the run finished after {rounds} rounds without logging {name}"
         why = [f"the run finished after {rounds} rounds without logging {name}"]
