@@ -289,3 +289,13 @@ def test_no_builtin_uses_server_state_extra():
              if p != PKG / "protocol" / "state.py"]
     bad = [f"{p.relative_to(REPO)} {u}" for p in files for u in extra_uses(p.read_text())]
     assert not bad, "ServerState.extra in a built-in (use the method's dataclass in state.method):\n" + "\n".join(bad)
+
+
+def test_the_example_plugin_imports_only_the_api():
+    """The example plugin is what an outside user copies: it reaches flplat through flplat.api alone."""
+    mods = set(_modules())
+    files = sorted((REPO / "docs" / "examples" / "flplat_example_plugin").rglob("*.py"))
+    assert len(files) >= 4
+    bad = [f"{p.relative_to(REPO)} imports {t}" for p in files
+           for t in flplat_imports(p.read_text(), "flplat_example_plugin.x", mods) if t != "flplat.api"]
+    assert not bad, "\n".join(bad)
