@@ -129,7 +129,7 @@ def test_resume_refuses_other_overrides_and_missing_checkpoint(tmp_path, capsys)
     assert "has version 1, expected 2" in err and "run the config again" in err and "Traceback" not in err
 
 
-def _orchestrator(cfg, callbacks=()):
+def _orchestrator(cfg, callbacks=(), strategy_cls=None):
     from flplat.engine.orchestrator import Orchestrator
     from flplat.engine.sharding import make_executor
     from flplat.experiment import prepare
@@ -137,7 +137,8 @@ def _orchestrator(cfg, callbacks=()):
     p = prepare(cfg)
     f = cfg.federation
     ex = make_executor(p.trainer, p.data, int(cfg.seed))
-    return p, Orchestrator(p.strategy, ex, p.data, int(f.rounds), int(f.eval_every), int(cfg.seed), callbacks,
+    strategy = p.strategy if strategy_cls is None else strategy_cls(p.strategy.cfg, p.strategy.info)
+    return p, Orchestrator(strategy, ex, p.data, int(f.rounds), int(f.eval_every), int(cfg.seed), callbacks,
                            int(f.accuracy_window), metrics_cfg=cfg.metrics)
 
 
@@ -165,12 +166,10 @@ def test_strategy_state_outside_server_state_is_checkpointed(tiny_cfg):
             return state
 
     cfg = tiny_cfg(**{"federation.rounds": 3})
-    p, orch = _orchestrator(cfg)
-    orch.strategy = Counting(orch.strategy.cfg, orch.strategy.info)
+    p, orch = _orchestrator(cfg, strategy_cls=Counting)
     orch.run(p.init_weights)
     data = checkpoint.payload(orch, 3)
-    p2, orch2 = _orchestrator(cfg)
-    orch2.strategy = Counting(orch2.strategy.cfg, orch2.strategy.info)
+    p2, orch2 = _orchestrator(cfg, strategy_cls=Counting)
     checkpoint.restore(orch2, {**data, "state": data["state"]})
     assert orch2.strategy.offset == 0.5 ** 4
     assert torch.equal(orch2.state.weights, orch.state.weights)
@@ -278,18 +277,16 @@ def test_a_methods_typed_state_round_trips_through_checkpoint_and_resume(tiny_cf
     saved = tmp_path / "run.pt"
 
     class Save(checkpoint.Callback):
-        def on_round_end(self, orch, round, metrics):
-            if round == 2:
-                checkpoint.save(saved, checkpoint.payload(orch, round))
+        def on_round_end(self, end):
+            if end.round == 2:
+                checkpoint.save(saved, end.checkpoint())
 
-    p, full = _orchestrator(cfg, callbacks=[Save()])
-    full.strategy = Heavy(full.strategy.cfg, full.strategy.info)
+    p, full = _orchestrator(cfg, callbacks=[Save()], strategy_cls=Heavy)
     full.run(p.init_weights)
     data = checkpoint.load(saved)
     assert type(data["state"].method).__name__ == "Momentum" and data["state"].method.rounds == 2
 
-    p2, resumed = _orchestrator(cfg)
-    resumed.strategy = Heavy(resumed.strategy.cfg, resumed.strategy.info)
+    p2, resumed = _orchestrator(cfg, strategy_cls=Heavy)
     resumed.run(p2.init_weights, resume=checkpoint.resumer(data))
     a, b = resumed.state.method, full.state.method
     assert isinstance(a, Momentum) and a.rounds == b.rounds == 3

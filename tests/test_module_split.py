@@ -21,7 +21,9 @@ FILES_NAMES = [
     "_locate", "_missing_message", "_read_idx_split", "_torchvision_download", "_with_layout", "log",
 ]
 MOVED = [
-    *[("flplat.engine.orchestrator", n, "flplat.engine.executor", n) for n in ("request_clients", "subset")],
+    *[("flplat.engine.orchestrator", n, "flplat.engine.executor", n) for n in ("request_clients", "subset",
+                                                                           "LazyRequests", "LocalExecutor")],
+    ("flplat.engine.orchestrator", "clustering_scores", "flplat.engine.evaluation", "clustering_scores"),
     *[("flplat.data.datasets", n, "flplat.data.files", n) for n in FILES_NAMES],
     *[("flplat.data.datasets", n, "flplat.data.formats", n) for n in ("DataFormatError", "read_idx")],
     ("flplat.tracking.runs", "HEARTBEAT_TAG", "flplat.tracking.heartbeat", "HEARTBEAT_TAG"),

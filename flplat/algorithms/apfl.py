@@ -34,6 +34,7 @@ from torch.func import functional_call
 from flplat.api import (
     ClientPlan,
     ConfigError,
+    EvalModels,
     LocalHook,
     ServerState,
     Strategy,
@@ -98,6 +99,7 @@ class APFLState:
 @register_algorithm
 class APFL(Strategy):
     name = "apfl"
+    eval_models = EvalModels("personal", "global", "the global model w (what a client that never trained uses)")
 
     @dataclass(frozen=True)
     class Config:

@@ -39,7 +39,16 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from flplat.api import ConfigError, ServerState, Strategy, derive_seed, fedavg, param_choice, register_algorithm
+from flplat.api import (
+    ConfigError,
+    EvalModels,
+    ServerState,
+    Strategy,
+    derive_seed,
+    fedavg,
+    param_choice,
+    register_algorithm,
+)
 
 
 def _up(t: torch.Tensor) -> torch.Tensor:
@@ -128,6 +137,7 @@ class ATPState:
 @register_algorithm
 class ATP(Strategy):
     name = "atp"
+    eval_models = EvalModels("global", "test_time", "θ adapted to the client's unlabeled data with the learned rates")
     multilabel_unsupported = ("its unsupervised adaptation minimises a softmax entropy over classes (Flux App. F.4 "
                               "omits ATP on CheXpert: 'designed for multi-class classification')")
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.api import ConfigError, ServerState, Strategy, fedavg, register_algorithm
+from flplat.api import ConfigError, EvalModels, ServerState, Strategy, fedavg, register_algorithm
 from flplat.maths.creff_features import class_head_gradients, match_features, retrain_head
 
 
@@ -59,6 +59,7 @@ class CReFFState:
 @register_algorithm
 class CReFF(Strategy):
     name = "creff"
+    eval_models = EvalModels("global", "global", "the global model with the re-trained classifier")
     multilabel_unsupported = "it re-trains the classifier on per-class federated features (one class per sample)"
 
     @dataclass(frozen=True)

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flplat.api import ClientPlan, ConfigError, ProximalTerm, Strategy, fedavg, register_algorithm
+from flplat.api import ClientPlan, ConfigError, EvalModels, ProximalTerm, Strategy, fedavg, register_algorithm
 
 
 @register_algorithm
 class Ditto(Strategy):
     name = "ditto"
+    eval_models = EvalModels("personal", "global", "the global model w (trained by FedAvg)")
 
     @dataclass(frozen=True)
     class Config:

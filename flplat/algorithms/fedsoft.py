@@ -52,6 +52,7 @@ from flplat.api import (
     ClientPlan,
     ClusteredStrategy,
     ConfigError,
+    EvalModels,
     ProximalTerm,
     ServerState,
     derive_seed,
@@ -94,6 +95,7 @@ class FedSoftState:
 @register_algorithm
 class FedSoft(ClusteredStrategy):
     name = "fedsoft"
+    eval_models = ClusteredStrategy.eval_models  # eval_model=personal: set in __init__
 
     @dataclass(frozen=True)
     class Config:
@@ -116,6 +118,11 @@ class FedSoft(ClusteredStrategy):
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: a number >= 0")
         for key, allowed in CHOICES.items():
             param_choice(section, cfg, key, allowed)
+
+    def __init__(self, cfg, info):
+        super().__init__(cfg, info)
+        if cfg.eval_model == "personal":  # a client with a personal model is scored with it
+            self.eval_models = EvalModels("personal", "cluster_ensemble", ClusteredStrategy.eval_models.note)
 
     @property
     def _personal(self) -> bool:

@@ -45,6 +45,7 @@ import torch
 from flplat.api import (
     ClientPlan,
     ConfigError,
+    EvalModels,
     LocalHook,
     ServerState,
     Strategy,
@@ -91,6 +92,7 @@ class MoreauEnvelope(LocalHook):
 @register_algorithm
 class PFedMe(Strategy):
     name = "pfedme"
+    eval_models = EvalModels("personal", "global", "the global model w (pFedMe's GM)")
 
     @dataclass(frozen=True)
     class Config:

@@ -61,6 +61,7 @@ from flplat.api import (
     ALGORITHMS,
     ClientPlan,
     ConfigError,
+    EvalModels,
     Strategy,
     build_inner,
     check_choice,
@@ -108,6 +109,8 @@ class PQFedState:
 @register_algorithm
 class PQFed(Strategy):
     name = "pqfed"
+    # its inner algorithm (fedavg, fedprox, feddyn) has one global model
+    eval_models = EvalModels("global", "global", "the inner federation's global model")
 
     @dataclass(frozen=True)
     class Config:

@@ -17,10 +17,8 @@ __all__ = ["FedAvgStrategy"]
 class FedAvgStrategy(Strategy):
     """w_{t+1} = Σ_k (n_k / n) w_k^{t+1} over the round's clients; the rest is :class:`Strategy`'s default."""
 
+    reduces_across_shards = True  # the sample-weighted mean of the round's models is all aggregate reads
+
     def aggregate(self, state, results, ops):
         state.weights = fedavg(results)
         return state
-
-    def mean_groups(self, state, plans):
-        # one group, as long as a subclass has not replaced this aggregate by one that reads individual models
-        return [0] * len(plans) if type(self).aggregate is FedAvgStrategy.aggregate else None
