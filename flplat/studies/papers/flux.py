@@ -144,8 +144,8 @@ TABLES = [
 
 # ---------------------------------------------------------------------- Table 1's other datasets (App. F.1, F.4, B.1)
 # FMNIST / CIFAR-10 / CIFAR-100: the per-shift, per-level tables of App. F.1 (FMNIST 22-29, CIFAR-10 32-39, CIFAR-100
-# 42-49) at levels 1-8 as the MNIST tables; the ready configs of tools/make_flux_configs.py (LeNet-5; ResNet-9
-# and 15 rounds on CIFAR-100; DBSCAN scaling 0.95 / 1.0 / 0.98, App. D.2)
+# 42-49) at levels 1-8 as the MNIST tables; the ready configs of tools/generators/make_flux_configs.py (LeNet-5;
+# ResNet-9 and 15 rounds on CIFAR-100; DBSCAN scaling 0.95 / 1.0 / 0.98, App. D.2)
 IMAGE_SETS = {"fmnist": ("FMNIST", "LeNet-5"), "cifar10": ("CIFAR-10", "LeNet-5"),
               "cifar100": ("CIFAR-100", "ResNet-9, 15 rounds")}
 
@@ -174,8 +174,8 @@ def _image_tables(d: str) -> list[Table]:
 
 
 # CheXpert (App. F.4, Table 59; Table 1 is the mean of its three levels) and Office-Home (Table 1): the ready configs
-# of tools/make_flux_configs.py (partition.name=metadata: App. B.1's distributions are level combinations of the
-# loaders' metadata columns; ResNet-9, 20 clients, 20 rounds on CheXpert, 40 on Office-Home, App. B.2 / F.4)
+# of tools/generators/make_flux_configs.py (partition.name=metadata: App. B.1's distributions are level combinations
+# of the loaders' metadata columns; ResNet-9, 20 clients, 20 rounds on CheXpert, 40 on Office-Home, App. B.2 / F.4)
 CHEXPERT_METHODS = [m for m in METHODS if m.name != "ATP"]  # App. F.4: "The ATP baseline is omitted"
 CHEXPERT_CELLS = [Cell(lv, f"configs/flux/chexpert_{lv}.yaml") for lv in ("low", "medium", "high")]
 OFFICEHOME_CELLS = [Cell("domains", "configs/flux/officehome.yaml")]
