@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from flplat.config_io import flatten
+from flplat.engine.failures import Diverged
 from flplat.errors import ConfigError, first_line
 from flplat.experiment import check_tracking, load_config
 from flplat.studies.study_plots import log_study_plots
@@ -223,7 +224,11 @@ class _Objective:
         if self.parent:
             over.append(f"tracking.parent_run_id={self.parent}")
         trial.set_user_attr(CODE_TAG, code)  # the code that makes its value (flplat.tracking.provenance)
-        summary, run_id = run_or_resume(load_config(self.config, over), progress=self.progress)  # continues one
+        try:
+            summary, run_id = run_or_resume(load_config(self.config, over), progress=self.progress)  # continues one
+        except Diverged as e:  # a result of the point (the grid goes on, nothing to retry): pruned, never the best
+            trial.set_user_attr("diverged", first_line(e))
+            raise optuna.TrialPruned(f"diverged: {first_line(e)}") from None
         if run_id:  # interrupted before
             trial.set_user_attr("mlflow_run_id", run_id)
         return summary.metrics[self.objective_key]
@@ -379,7 +384,8 @@ def _tune_result(study, name: str, code: str, objective_key: str) -> dict[str, A
     stale = stale_trials(study, code)
     return {"study": name, "trials": len(study.trials), "best_params": best.params if best else None,
             "best_value": best.value if best else None, "objective": objective_key, "stale_trials": len(stale),
-            "best_from_other_code": best is not None and best.number in {t.number for t in stale}}
+            "best_from_other_code": best is not None and best.number in {t.number for t in stale},
+            "diverged": [t.params for t in study.trials if "diverged" in t.user_attrs]}
 
 
 def _stale_note(study, code: str, rerun_stale: bool) -> int:
