@@ -40,7 +40,8 @@ linear layer), so that head/body methods (FedRep, CReFF, Flux descriptors) work 
 partition receives the dataset, its keys (``partition.KEY``, flat beside the shared :class:`PartitionConfig`:
 ``num_clients`` and the local split fractions) and an integer seed to spawn its random streams from; it returns a
 :class:`Partition` (each client's pool indices -- flplat cuts the local train / val / test splits -- or fixed
-splits, and optionally a new pool, unseen test-only clients, planted distribution ids, a public sample).
+splits, and optionally a new pool, unseen test-only clients, planted distribution ids, a public sample, a
+:class:`Drift`: the training clients' data changing at known rounds, each stage a :class:`ClientSplit` per client).
 ``plants=True``: it plants distributions (gives ``Partition.distribution``); ``multilabel=True``: it takes
 multi-label data. ``takes="labels"``: a protocol of the pool's labels alone, ``fn(labels, cfg, rng) -> list of index
 arrays``. The old form, ``@register_partition("name")`` on ``fn(labels, cfg, rng)`` without a Config (it reads the
@@ -57,7 +58,7 @@ behaviour), none is removed or changes meaning without a major version. Everythi
 from __future__ import annotations
 
 from flplat.config import DataConfig, PartitionConfig
-from flplat.data.containers import Dataset, Partition
+from flplat.data.containers import ClientSplit, Dataset, Drift, Partition
 from flplat.data.datasets import register_dataset
 from flplat.data.partitions import register_partition
 from flplat.errors import ConfigError, check_choice, check_range, param_choice, param_out_of_range
@@ -91,6 +92,6 @@ __all__ = [
     # registering
     "register_algorithm", "register_dataset", "register_model", "register_partition",
     # data, models, configs
-    "Dataset", "Partition", "SplitModel", "DataConfig", "PartitionConfig",
+    "Dataset", "Partition", "ClientSplit", "Drift", "SplitModel", "DataConfig", "PartitionConfig",
     "ConfigError", "check_choice", "check_range", "param_choice", "param_out_of_range",
 ]

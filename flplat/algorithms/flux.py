@@ -59,6 +59,29 @@ and send only the label-free part d' = [μ_x, σ_x] (the one Algorithm 2 uses fo
 the centroids, the late joiners' assignment and Flux-soft's similarities use it alone. It cannot see the concept
 shifts P(Y|X) and P(X|Y) (App. F.6.4, Table 66), but at 1,200 clients with 27–29 distinct images per client the
 class-conditional part is sampling noise and d' alone recovers the four rotations (docs/flux_clustering.md).
+``"means"`` (μ_x and the class means μ_u, no spread) and ``"mu_x"`` (μ_x alone) are two more rows of App. F.6.4's
+Table 66 (descriptor parts × length l, ``pca_components`` 10 / 20 / 50); every part keeps its label-free entries
+first, and the test phase compares those (``mu_x``: μ_x alone; ``means``: μ_x).
+
+Other unsupervised clusterings (``clustering``; App. F.6.2, Tables 63-64; the paper names the algorithms, not their
+parameters: scikit-learn's defaults, except as said). ``"kmeans_silhouette"`` ("Unsupervised k-Means"): K-means++
+with the number of clusters chosen by the silhouette, k in 2..min(``silhouette_k_max``, K − 1) (0: K − 1), the
+smallest k within 1e-12 of the best, one cluster when every silhouette is <= 0
+(:func:`flplat.maths.clustering.silhouette_kmeans`; the paper does not say how its k-means chooses k).
+``"agglomerative"``: scikit-learn's ``AgglomerativeClustering`` (``agglomerative_linkage``, default ward) with k chosen
+by the same silhouette rule (:func:`~flplat.maths.clustering.silhouette_agglomerative`). ``"hdbscan"``: scikit-learn's
+``HDBSCAN`` with ``hdbscan_min_cluster_size`` = 2 (its default 5 leaves at most two groups among ten clients; 2 is
+the smallest group, as the DBSCAN's min_samples) and ``hdbscan_min_samples`` (0: = the min cluster size), noise →
+singletons as the DBSCAN (:func:`~flplat.maths.clustering.hdbscan`). ``"kmeans"`` stays Flux-prior (the true M).
+
+Test-time assignment (``test_assignment``; App. F.6.3, Table 65). ``"descriptor"`` (default, Algorithm 2) as above;
+``"random"``: each unseen client uses a uniformly random cluster's model (Flux-soft: a random training client's),
+drawn from a stream of its own (a child of the server's generator, which training then draws from unchanged).
+
+Distribution fidelity (``fidelity_check``, off by default; App. C.1.2, Table 4). At the clustering round the
+participants also hand their projected latents and labels to the server (a diagnostic: no deployment would) and
+the run logs ``descriptor_w2_error_{max,min,mean,std}``: ξ over every pair of them, the descriptor distance against
+the exact 2-Wasserstein distance of their data in the same space (:mod:`flplat.maths.flux_fidelity`).
 """
 
 from __future__ import annotations
@@ -77,22 +100,29 @@ from flplat.maths.clustering import (
     GUARD_CODES,
     KNEE_GUARDS,
     KNEE_RULES,
+    LINKAGES,
     NO_KNEE_RULES,
     adaptive_dbscan,
     dynamic_start,
+    hdbscan,
     kmeans,
+    silhouette_agglomerative,
+    silhouette_kmeans,
 )
 from flplat.maths.flux_descriptors import (
+    PARTS,
     DescriptorScaler,
     add_laplace,
     flatten,
     latent_bounds,
     merge_bounds,
     moments,
+    part_mask,
     projected_ranges,
     sampling_variance,
     shared_pca,
 )
+from flplat.maths.flux_fidelity import fidelity_errors, summary
 
 
 def cdist(a, b):
@@ -102,10 +132,12 @@ def cdist(a, b):
     return scipy_cdist(a, b)
 
 
-CLUSTERINGS = ("dbscan", "kmeans")
+CLUSTERINGS = ("dbscan", "kmeans", "kmeans_silhouette", "hdbscan", "agglomerative")
 AGGREGATIONS = ("hard", "soft")
 SPLITS = ("val", "train", "test")
-DESCRIPTOR_PARTS = ("full", "marginal")  # what clusters the training clients: d, or the label-free d' alone
+DESCRIPTOR_PARTS = tuple(PARTS)  # what clusters the training clients: full d, d' = [μ_x, σ_x], [μ_x, μ_u], μ_x
+TEST_ASSIGNMENTS = ("descriptor", "random")
+FIDELITY = ("max", "min", "mean", "std")  # Table 4's columns, logged as descriptor_w2_error_<column>
 
 
 def _latents(view, chunk: int = 4096) -> torch.Tensor:
@@ -118,6 +150,11 @@ def _bounds_fn(view):
     """Client side, S1: element-wise min/max of the latents (None for a client without samples)."""
     lat = _latents(view)
     return latent_bounds(lat) if len(lat) else None
+
+
+def _projected_fn(view, mean, components):
+    """Client side, the fidelity check only: the projected latents z and the labels of the client's split."""
+    return ((_latents(view).double() - mean) @ components.T).numpy(), view.y.cpu().numpy()
 
 
 def _descriptor_fn(view, mean, components, num_classes, min_class_samples, epsilon, ranges, labels):
@@ -148,7 +185,8 @@ class Flux(ClusteredStrategy):
         start_min_round: int = 3  # earliest start round of Eq. 14
         start_max_fraction: float = 0.8  # start at the latest at this fraction of R
         start_split: str = "val"  # split the accuracy A of Eq. 14 is measured on (train when it is empty)
-        clustering: str = "dbscan"  # dbscan (adaptive, App. D.2) | kmeans (Flux-prior)
+        clustering: str = "dbscan"  # dbscan (adaptive, App. D.2) | kmeans (Flux-prior) | App. F.6.2: kmeans_silhouette,
+        #                             hdbscan, agglomerative
         dbscan_scaling: float = 1.0  # eps = knee × scaling (paper: 1.0 MNIST/CIFAR-10, 0.95 FMNIST, 0.98 CIFAR-100)
         dbscan_min_samples: int = 2
         knee: str = "kneedle"  # how the knee is found: kneedle (difference-curve max) | kneed (library) | gap
@@ -163,7 +201,13 @@ class Flux(ClusteredStrategy):
         soft_bandwidth: float = 1.0  # h = soft_bandwidth × median pairwise descriptor distance
         soft_threshold: float = 0.01  # similarities below this are set to 0 (sparse soft assignment)
         recluster_every: int = 0  # > 0: re-cluster every n rounds after the start, warm-starting the models
-        descriptor_part: str = "full"  # full: d clusters (paper) | marginal: the label-free d' alone (opt-in)
+        descriptor_part: str = "full"  # full: d clusters (paper) | marginal: d' alone | means | mu_x (Table 66)
+        silhouette_k_max: int = 0  # kmeans_silhouette / agglomerative: largest k tried; 0: K - 1
+        agglomerative_linkage: str = "ward"  # scikit-learn's default
+        hdbscan_min_cluster_size: int = 2
+        hdbscan_min_samples: int = 0  # 0: = hdbscan_min_cluster_size (scikit-learn's None)
+        test_assignment: str = "descriptor"  # descriptor: nearest centroid's d' (Algorithm 2) | random (App. F.6.3)
+        fidelity_check: bool = False  # log ξ of App. C.1.2 / Table 4 at the clustering round (a diagnostic)
 
     @staticmethod
     def validate_config(cfg, section: str) -> None:
@@ -194,6 +238,11 @@ class Flux(ClusteredStrategy):
         need(cfg.kmeans_n_init >= 1, "kmeans_n_init", "an integer >= 1")
         choice("aggregation", AGGREGATIONS)
         choice("descriptor_part", DESCRIPTOR_PARTS)
+        need(cfg.silhouette_k_max == 0 or cfg.silhouette_k_max >= 2, "silhouette_k_max", "0 (K - 1) or an integer >= 2")
+        choice("agglomerative_linkage", LINKAGES)
+        need(cfg.hdbscan_min_cluster_size >= 2, "hdbscan_min_cluster_size", "an integer >= 2")
+        need(cfg.hdbscan_min_samples >= 0, "hdbscan_min_samples", "an integer >= 0 (0: the min cluster size)")
+        choice("test_assignment", TEST_ASSIGNMENTS)
         need(cfg.soft_bandwidth > 0, "soft_bandwidth", "a number > 0")
         need(0 <= cfg.soft_threshold < 1, "soft_threshold", "a number in [0, 1)")
         need(cfg.recluster_every >= 0, "recluster_every", "an integer >= 0 (0: cluster once)")
@@ -205,9 +254,11 @@ class Flux(ClusteredStrategy):
 
     # ---- state ----------------------------------------------------------------------------------
     def init_state(self, init_weights, rng, ops):
+        extra = {"accuracy": np.zeros(0), "start_round": 0, "descriptor_bytes": 0.0}
+        if self.cfg.test_assignment == "random":  # a child stream: the server's generator draws on unchanged
+            extra["assignment_seed"] = int(rng.spawn(1)[0].integers(2**63 - 1))
         return ServerState(weights=init_weights.clone(),
-                           assignment=np.full(self.info.num_clients, -1, dtype=np.int64),
-                           extra={"accuracy": np.zeros(0), "start_round": 0, "descriptor_bytes": 0.0})
+                           assignment=np.full(self.info.num_clients, -1, dtype=np.int64), extra=extra)
 
     def _soft(self) -> bool:
         return self.cfg.aggregation == "soft"
@@ -231,6 +282,7 @@ class Flux(ClusteredStrategy):
         return 2 * (self.info.num_classes + 1) * int(state.extra["pca_components"].shape[0])
 
     def _describe(self, state, clients, ops, labels: bool = True, split: str = "train") -> np.ndarray:
+        """The clients' raw descriptors (full length; the part not sent is NaN or unused); counts the bytes sent."""
         ex, cfg = state.extra, self.cfg
         fn = partial(_descriptor_fn, mean=ex["pca_mean"], components=ex["pca_components"],
                      num_classes=self.info.num_classes, min_class_samples=cfg.min_class_samples,
@@ -238,8 +290,8 @@ class Flux(ClusteredStrategy):
         w = ex["descriptor_model"]
         raw = np.stack(ops.compute([(int(k), w) for k in clients], fn, split,
                                    seed=derive_seed(cfg.pca_seed, "flux-dp", state.round)))
-        l = ex["pca_components"].shape[0]  # noqa: E741
-        ex["descriptor_bytes"] += len(clients) * (self._length(state) if labels else 2 * l) * 4
+        sent = self._mask(state, free=split == "test").sum()
+        ex["descriptor_bytes"] += len(clients) * int(sent) * 4
         return raw
 
     def _scaler(self, state) -> DescriptorScaler:
@@ -247,26 +299,44 @@ class Flux(ClusteredStrategy):
         return DescriptorScaler(int(state.extra["pca_components"].shape[0]), mins, maxs, self.cfg.missing_fill)
 
     def _labels(self) -> bool:
-        """Whether the training clients' descriptors hold the class-conditional part (``descriptor_part``)."""
-        return self.cfg.descriptor_part == "full"
+        """Whether the training clients' descriptors hold class-conditional statistics (``descriptor_part``)."""
+        return any(g >= 2 for g in PARTS[self.cfg.descriptor_part])
+
+    def _mask(self, state, free: bool = False) -> np.ndarray:
+        """The entries of a full-length descriptor that ``descriptor_part`` keeps (``free``: its label-free ones)."""
+        l = int(state.extra["pca_components"].shape[0])  # noqa: E741
+        mask = part_mask(self._length(state), l, self.cfg.descriptor_part)
+        return mask & part_mask(self._length(state), l, "marginal") if free else mask
 
     def _part(self, state, d: np.ndarray) -> np.ndarray:
-        """The part of scaled descriptors the clustering uses: all of d, or its label-free part d' (first 2l)."""
-        return d if self._labels() else d[:, :2 * int(state.extra["pca_components"].shape[0])]
+        """The part of scaled descriptors the clustering uses (``descriptor_part``; all of d by default)."""
+        return d if self.cfg.descriptor_part == "full" else d[:, self._mask(state)]
 
     def _cluster(self, state, d: np.ndarray, clients: np.ndarray) -> np.ndarray:
-        cfg, ex = self.cfg, state.extra
+        cfg = self.cfg
         part = self._part(state, d)
+        k_max = cfg.silhouette_k_max or None
         with threadpool_limits(limits=1):
             if cfg.clustering == "kmeans":
                 k = int(min(cfg.num_clusters, len(np.unique(part, axis=0))))
                 return kmeans(part, k, cfg.kmeans_seed, cfg.kmeans_n_init)[0]
-            var = None
-            if cfg.knee_guard == "noise":  # the missing class part (d' alone) adds no variance
-                var = sampling_variance(d, self._scaler(state), self.info.num_samples[clients], self.info.num_classes,
-                                        cfg.dp_epsilon, ex["pca_ranges"])
-            res = adaptive_dbscan(part, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee, cfg.knee, var,
-                                  cfg.knee_noise_ratio, cfg.knee_noise_jump)
+            if cfg.clustering == "kmeans_silhouette":
+                return silhouette_kmeans(part, k_max=k_max, seed=cfg.kmeans_seed, n_init=cfg.kmeans_n_init).labels
+            if cfg.clustering == "agglomerative":
+                return silhouette_agglomerative(part, cfg.agglomerative_linkage, k_max).labels
+            if cfg.clustering == "hdbscan":
+                return hdbscan(part, cfg.hdbscan_min_cluster_size, cfg.hdbscan_min_samples or None)
+            return self._dbscan(state, d, part, clients)
+
+    def _dbscan(self, state, d: np.ndarray, part: np.ndarray, clients: np.ndarray) -> np.ndarray:
+        """The adaptive DBSCAN of App. D.2 (with the noise guard when ``knee_guard=noise``); logs eps and the knee."""
+        cfg, ex = self.cfg, state.extra
+        var = None
+        if cfg.knee_guard == "noise":  # a missing class part (d' alone) adds no variance; spreads a part drops do
+            var = sampling_variance(d, self._scaler(state), self.info.num_samples[clients], self.info.num_classes,
+                                    cfg.dp_epsilon, ex["pca_ranges"])
+        res = adaptive_dbscan(part, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee, cfg.knee, var,
+                              cfg.knee_noise_ratio, cfg.knee_noise_jump)
         ex["dbscan_eps"] = res.eps
         ex["knee_found"] = float(res.knee_found)
         ex["knee_guard"] = float(GUARD_CODES.index(res.guard))
@@ -303,6 +373,18 @@ class Flux(ClusteredStrategy):
             med = float(np.median(pair[pair > 0])) if (pair > 0).any() else 1.0
             ex["bandwidth"] = cfg.soft_bandwidth * med
             state.personal = self.info.client_store(default=w, name="flux_soft")
+        if cfg.fidelity_check:
+            self._fidelity(state, clients, ops)
+
+    def _fidelity(self, state, clients: np.ndarray, ops) -> None:
+        """App. C.1.2 / Table 4: ξ over every pair of the clustering round's participants, with the descriptor model
+        (the check's own hand-over of projected latents and labels; nothing of it is counted as descriptor bytes)."""
+        ex = state.extra
+        fn = partial(_projected_fn, mean=ex["pca_mean"], components=ex["pca_components"])
+        samples = [s for s in ops.compute([(int(k), ex["descriptor_model"]) for k in clients], fn, "train")
+                   if len(s[0])]
+        xi = fidelity_errors(samples, self.info.num_classes, self.cfg.min_class_samples)
+        ex["fidelity"] = np.array([summary(xi)[k] for k in FIDELITY])
 
     def _recluster(self, state, clients: np.ndarray, ops) -> None:
         """Dynamic re-clustering with warm start from the nearest previous centroid (App. D.3)."""
@@ -393,13 +475,18 @@ class Flux(ClusteredStrategy):
         if state.clusters is None:
             return [state.weights for _ in clients]
         ex = state.extra
-        l2 = 2 * int(ex["pca_components"].shape[0])
-        dq = self._scaler(state).transform(self._describe(state, clients, ops, labels=False, split="test"))[:, :l2]
+        known = np.flatnonzero(np.isfinite(ex["descriptors"][:, 0]))
+        if self.cfg.test_assignment == "random":  # App. F.6.3: a random cluster (Flux-soft: training client)
+            pick = np.random.default_rng(ex["assignment_seed"]).integers(
+                len(known) if self._soft() else state.clusters.shape[0], size=len(clients))
+            return ([self._model(state, int(k)) for k in known[pick]] if self._soft()
+                    else [state.clusters[int(i)] for i in pick])
+        free = self._mask(state, free=True)  # the label-free entries of the part; they come first in the part
+        dq = self._scaler(state).transform(self._describe(state, clients, ops, labels=False, split="test"))[:, free]
         if self._soft():
-            known = np.flatnonzero(np.isfinite(ex["descriptors"][:, 0]))
-            nearest = known[cdist(dq, ex["descriptors"][known, :l2]).argmin(axis=1)]
+            nearest = known[cdist(dq, ex["descriptors"][known][:, free]).argmin(axis=1)]
             return [self._model(state, int(k)) for k in nearest]
-        c = cdist(dq, ex["centroids"][:, :l2]).argmin(axis=1)
+        c = cdist(dq, ex["centroids"][:, :int(free.sum())]).argmin(axis=1)
         views = list(state.clusters)
         return [views[int(i)] for i in c]
 
@@ -410,8 +497,9 @@ class Flux(ClusteredStrategy):
         m["descriptor_bytes"] = float(ex["descriptor_bytes"])
         m["clustering_started"] = float(state.clusters is not None)
         if "pca_components" in ex:
-            l2 = 2 * int(ex["pca_components"].shape[0])
-            m["descriptor_bytes_per_client"] = float((self._length(state) if self._labels() else l2) * 4)
+            m["descriptor_bytes_per_client"] = float(self._mask(state).sum() * 4)
+        if "fidelity" in ex:  # App. C.1.2 / Table 4
+            m.update({f"descriptor_w2_error_{k}": float(v) for k, v in zip(FIDELITY, ex["fidelity"])})
         if "dbscan_eps" in ex:
             m["dbscan_eps"] = float(ex["dbscan_eps"])
             m["dbscan_knee_found"] = ex["knee_found"]

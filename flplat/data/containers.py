@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +56,22 @@ class ClientSplit:
 
 
 @dataclass
+class Drift:
+    """Training clients whose data change at known rounds (Flux App. D.3's dynamic setting): stage 0 holds from round
+    1, stage s >= 1 from round ``rounds[s - 1]`` on; ``stages[s][k]`` is training client k's splits in stage s (indices
+    into the partition's pool) and ``distribution[s, k]`` its planted distribution id then (None: not planted).
+    Every stage has one entry per training client; the unseen clients do not drift."""
+
+    rounds: list[int]  # the change points, ascending, each >= 2
+    stages: list[list[ClientSplit]]  # len(rounds) + 1 stages
+    distribution: np.ndarray | None = None  # (len(stages), num_clients) int64
+
+    def stage(self, round: int) -> int:
+        """The stage in force in ``round`` (rounds count from 1)."""
+        return bisect_right(self.rounds, int(round))
+
+
+@dataclass
 class Partition:
     """What a partition protocol returns (``fn(dataset, cfg, seed) -> Partition``; see :mod:`flplat.data.registry`);
     :func:`flplat.data.partitions.build_federation` cuts and assembles the :class:`FederatedData` from it.
@@ -66,7 +83,8 @@ class Partition:
     the pool and the official test set together); the indices then refer to it. ``global_test=False`` drops the
     official test set as the pooled global test set (it belongs to none of the planted distributions).
     ``distribution`` / ``unseen_distribution``: the planted distribution id of each training / unseen client
-    (a protocol registered with ``plants=True`` gives them); ``meta``: anything else worth keeping.
+    (a protocol registered with ``plants=True`` gives them); ``meta``: anything else worth keeping. ``drift``: the
+    training clients' data change at known rounds (:class:`Drift`; its stage 0 is ``clients`` and ``distribution``).
     """
 
     clients: list
@@ -78,6 +96,7 @@ class Partition:
     distribution: np.ndarray | None = None
     unseen_distribution: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
+    drift: Drift | None = None
 
 
 @dataclass
@@ -91,6 +110,11 @@ class FederatedData:
     method; they take the ids ``num_clients .. num_clients + len(unseen) - 1`` in :meth:`indices`, so the
     executor's ``evaluate``/``compute`` work for them unchanged, while ``num_clients`` (and everything that loops
     over training clients) counts the training clients only.
+
+    ``drift`` (a partition's :class:`Drift`): the training clients' data change at known rounds. The orchestrator
+    calls :meth:`enter_round` before each round, which puts the stage in force in ``clients`` and its planted ids in
+    ``meta["distribution"]``; everything that reads a client's data then reads its current stage. All stages' samples
+    live in the one pool, so a change swaps index arrays only.
     """
 
     x: torch.Tensor
@@ -102,6 +126,22 @@ class FederatedData:
     meta: dict = field(default_factory=dict)
     public_indices: np.ndarray | None = None  # rows of the global test set forming a public sample (PQFed)
     unseen: list[ClientSplit] = field(default_factory=list)
+    drift: Drift | None = None
+    stage: int = 0  # the drift stage ``clients`` holds
+
+    def enter_round(self, round: int) -> bool:
+        """Put the drift stage in force in ``round`` in place (its clients' splits, its planted ids); True when the
+        clients' data changed. Without a drift: nothing, False."""
+        if self.drift is None:
+            return False
+        s = self.drift.stage(round)
+        if s == self.stage:
+            return False
+        self.clients = list(self.drift.stages[s])
+        if self.drift.distribution is not None:
+            self.meta["distribution"] = np.asarray(self.drift.distribution[s], dtype=np.int64)
+        self.stage = s
+        return True
 
     @property
     def num_clients(self) -> int:

@@ -9,7 +9,7 @@ The four here read the pool's labels only (``takes="labels"``): pure functions `
 labels, their ``partition.*`` keys and a ``numpy.random.Generator``, returning one sorted ``int64`` index array per
 client, pairwise disjoint; :func:`partition` runs one on labels alone.
 
-Protocols (Clust-PSI-PFL §IV-A-b, following the authors' code as recorded in SEED-NOTES.md):
+Protocols (Clust-PSI-PFL §IV-A-b, following the authors' public code):
 
 * ``iid`` -- shuffle all indices and deal them evenly (``np.array_split``: sizes differ by at most one).
 * ``dirichlet`` -- the FedArtML / NIID-Bench label-skew protocol. For each class (in label order) draw
@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from flplat.data.containers import ClientSplit, Dataset, FederatedData, Partition
+from flplat.data.containers import ClientSplit, Dataset, Drift, FederatedData, Partition
 from flplat.data.registry import PARTITIONS, load_builtins, partition_config, register_partition
 from flplat.data.splits import InfeasiblePartitionError, as_labels, run_label_protocol, split_client
 from flplat.errors import ConfigError, check_range
@@ -280,6 +280,11 @@ def assemble(dataset: Dataset, cfg: Any, seed: int, part: Partition) -> Federate
         meta["unseen_distribution"] = np.asarray(part.unseen_distribution, dtype=np.int64)
     if part.unseen:
         meta["num_unseen_clients"] = len(part.unseen)
+    drift = _drift(part, clients)
+    if drift is not None:
+        meta["drift_rounds"] = list(drift.rounds)
+        if drift.distribution is not None:  # M: every distribution the training clients hold in some stage
+            meta["num_distributions"] = int(len(np.unique(drift.distribution)))
     meta.update(part.meta)
     own_pool = part.x is not None
     return FederatedData(
@@ -287,8 +292,31 @@ def assemble(dataset: Dataset, cfg: Any, seed: int, part: Partition) -> Federate
         num_classes=int(dataset.num_classes), clients=clients,
         x_global_test=dataset.x_test if part.global_test else None,
         y_global_test=dataset.y_test if part.global_test else None,
-        meta=meta, public_indices=part.public_indices, unseen=list(part.unseen),
+        meta=meta, public_indices=part.public_indices, unseen=list(part.unseen), drift=drift,
     )
+
+
+def _drift(part: Partition, clients: list[ClientSplit]) -> Drift | None:
+    """The partition's :class:`Drift` with its stage 0 the clients as cut, checked (a broken one is the protocol's
+    bug: TypeError naming what is wrong)."""
+    d = part.drift
+    if d is None:
+        return None
+    rounds = [int(r) for r in d.rounds]
+    k = len(clients)
+    if rounds != sorted(set(rounds)) or (rounds and rounds[0] < 2):
+        raise TypeError(f"Partition.drift.rounds={rounds}: the change rounds must be distinct, ascending and >= 2")
+    if len(d.stages) != len(rounds) + 1 or any(len(st) != k for st in d.stages):
+        raise TypeError(f"Partition.drift: {len(rounds)} change rounds need {len(rounds) + 1} stages of {k} clients "
+                        f"each, got {[len(st) for st in d.stages]}")
+    if not all(isinstance(c, ClientSplit) for st in d.stages[1:] for c in st):
+        raise TypeError("Partition.drift: the stages after the first must be ClientSplit (fixed splits)")
+    dist = None
+    if d.distribution is not None:
+        dist = np.asarray(d.distribution, dtype=np.int64)
+        if dist.shape != (len(d.stages), k):
+            raise TypeError(f"Partition.drift.distribution has shape {dist.shape}, not ({len(d.stages)}, {k})")
+    return Drift(rounds, [list(clients), *(list(st) for st in d.stages[1:])], dist)
 
 
 load_builtins()  # every module of flplat.data registers its entries (importing this module is enough)

@@ -1,6 +1,6 @@
-"""Flux's shift generators (Fenoglio et al., App. B.1 and F.1 Table 9; SEED-NOTES "Flux"): ``partition.name=shift``,
-keys ``partition.type``, ``level``, ``num_unseen_clients``, ``samples_per_client``, ``label_bank_size``,
-``train_copies`` (:class:`ShiftConfig`).
+"""Flux's shift generators (Fenoglio et al., App. B.1 and F.1 Table 9; the authors' public code where the paper is
+open): ``partition.name=shift``, keys ``partition.type``, ``level``, ``num_unseen_clients``, ``samples_per_client``,
+``label_bank_size``, ``train_copies`` (:class:`ShiftConfig`).
 
 The pool is first dealt IID to ``num_clients`` training clients plus ``num_unseen_clients`` test-only clients
 (``samples_per_client`` each, or the pool split evenly). A shift type defines a finite list of *distributions*
@@ -15,18 +15,23 @@ Shift types (``partition.type``) and levels (``partition.level`` = the row of Ta
 * ``feature`` — P(X): a client applies one (rotation, colour) pattern to all its images. Level l uses
   r = (2, 3, 4, 5, 2, 3, 4, 5)[l-1] rotations by i·360/r degrees (counter-clockwise) and, from level 5, the colours
   {red, blue, green}; M = r (levels 1–4) or 3r (levels 5–8). Colour: grey images are repeated to 3 channels and
-  the chosen channel is set to the brightest value of the pool (SEED-NOTES: "colour sets one RGB channel to 1").
+  the chosen channel is set to the brightest value of the pool (the authors' code sets one RGB channel to 1).
   Multiples of 90° are exact (``torch.rot90``); other angles use bilinear resampling, the corners filled with
   each channel's background (its minimum) value.
 * ``label`` — P(Y): a bank of ``label_bank_size`` (5) class sets of size C + 1 − l (11 − l for 10 classes), drawn
   once; a client keeps only the classes of its set, then each of its splits is resampled with replacement back to
-  the size it had before the filtering (SEED-NOTES). Resampling happens after the train/val/test split, so no image
-  is in two splits of a client. M = bank size.
+  the size it had before the filtering (as the authors' code does). Resampling happens after the train/val/test
+  split, so no image is in two splits of a client. M = bank size.
 * ``concept_yx`` — P(Y|X): a swap pool of l classes is drawn once; each training client draws an independent
   random permutation of the pool and relabels its samples (y -> perm[y]). Clients with the same permutation share a
   distribution id. No test phase exists for this shift (labels are needed): ``meta["test_phase"]`` says so.
 * ``concept_xy`` — P(X|Y): l classes are drawn once; each training client draws a rotation in {0, 90, 180, 270}
   for each of them and rotates the images of those classes; the other classes stay unrotated.
+
+The building blocks are pure functions the other Flux partitions reuse: :func:`deal`, :func:`distributions`,
+:func:`base_splits` (each client's rows before any transformation) and :func:`transform_clients` (those rows under
+given distributions, as blocks of a new pool): ``mixed_shift`` (:mod:`flplat.data.mixed_shift_partition`, two shifts
+together) and ``drift`` (:mod:`flplat.data.drift_partition`, a client's rows under a new distribution per stage).
 
 The official test set is dropped (``x_global_test = None``): it belongs to none of the M distributions.
 Unseen clients hold all their samples in their ``test`` split (train and val empty).
@@ -171,7 +176,8 @@ def _draw(shift: str, level: int, num_classes: int, num_clients: int, bank_size:
     return per_client, np.arange(num_clients)
 
 
-def _deal(n: int, k: int, per_client: int, rng: np.random.Generator) -> list[np.ndarray]:
+def deal(n: int, k: int, per_client: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``k`` disjoint sorted parts of a shuffled ``range(n)``: ``per_client`` each, or the whole range split evenly."""
     perm = rng.permutation(n)
     if per_client == 0:
         return [np.sort(p) for p in np.array_split(perm, k)]
@@ -188,6 +194,22 @@ def _resample(idx: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarra
     return np.concatenate([idx, rng.choice(idx, size=size - len(idx), replace=True)])
 
 
+def base_splits(parts: list[np.ndarray], k: int, cfg: Any, split_ss: np.random.SeedSequence
+                ) -> list[list[np.ndarray]]:
+    """Each client's [train, val, test] dataset rows before any transformation: the first ``k`` (training) clients
+    cut by the ``partition.*_fraction`` keys, the others (unseen) all in test; one stream per client from
+    ``split_ss``."""
+    out = []
+    for i, (part, ss) in enumerate(zip(parts, split_ss.spawn(len(parts)))):
+        srng = np.random.default_rng(ss)
+        if i < k:
+            sp = split_client(part, cfg, srng)
+            out.append([sp.train, sp.val, sp.test])
+        else:
+            out.append([np.empty(0, np.int64), np.empty(0, np.int64), srng.permutation(part)])
+    return out
+
+
 def _client_block(dist: Distribution, splits: list[np.ndarray], dataset: Dataset, bright: float,
                   colour_images: bool, offset: int) -> tuple[torch.Tensor, torch.Tensor, ClientSplit]:
     """One client's transformed samples (its splits in order) and their splits as positions in the new pool."""
@@ -198,42 +220,52 @@ def _client_block(dist: Distribution, splits: list[np.ndarray], dataset: Dataset
     return x, y, ClientSplit(*(np.arange(bounds[j], bounds[j + 1], dtype=np.int64) for j in range(3)))
 
 
+def transform_clients(dists: list[Distribution], splits: list[list[np.ndarray]], dataset: Dataset,
+                      colour_images: bool, res_rng: np.random.Generator, offset: int = 0
+                      ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[ClientSplit]]:
+    """Client i's splits under ``dists[i]``, as blocks of a new pool starting at row ``offset``: a label shift keeps
+    its set's classes and resamples each split back to its size (from ``res_rng``, in client order), then
+    :func:`apply` transforms. The building block of ``shift``, ``mixed_shift`` and ``drift``."""
+    labels, bright = as_labels(dataset.y_train), float(dataset.x_train.max())
+    xs, ys, blocks = [], [], []
+    for dist, sp in zip(dists, splits):
+        if dist.classes is not None:  # label shift: keep the set's classes, resample each split back to its size
+            keep = np.asarray(dist.classes)
+            sp = [_resample(s[np.isin(labels[s], keep)], len(s), res_rng) for s in sp]
+        x, y, block = _client_block(dist, sp, dataset, bright, colour_images, offset)
+        xs.append(x)
+        ys.append(y)
+        blocks.append(block)
+        offset += len(x)
+    return xs, ys, blocks
+
+
+def check_images(shifts: tuple[str, ...], dataset: Dataset, key: str = "partition.type") -> None:
+    """A shift that rotates needs images ``(N, C, H, W)``: one-line ConfigError otherwise."""
+    rotating = [s for s in shifts if s in ("feature", "concept_xy")]
+    if rotating and dataset.x_train.dim() != 4:
+        raise ConfigError(f"{key}={rotating[0]!r} rotates images; data.name={dataset.name!r} is not an "
+                          "image dataset (allowed: digits, mnist, fmnist, cifar10, cifar100)")
+
+
 @register_partition("shift", ShiftConfig, plants=True)
 def shift_partition(dataset: Dataset, cfg: Any, seed: int) -> Partition:
     """Deal, draw distributions, split and transform (see the module docstring); deterministic in ``seed``."""
     shift, level = str(cfg.type), int(cfg.level)
     k, q, copies = int(cfg.num_clients), int(cfg.num_unseen_clients), int(cfg.train_copies)
-    colour_images = shift == "feature" and level >= 5
-    if (shift in ("feature", "concept_xy")) and dataset.x_train.dim() != 4:
-        raise ConfigError(f"partition.type={shift!r} rotates images; data.name={dataset.name!r} is not an "
-                          "image dataset (allowed: digits, mnist, fmnist, cifar10, cifar100)")
+    check_images((shift,), dataset)
     deal_ss, dist_ss, split_ss, res_ss = np.random.SeedSequence(int(seed)).spawn(4)
-    labels = as_labels(dataset.y_train)
-    parts = _deal(len(labels), k + q, int(cfg.samples_per_client), np.random.default_rng(deal_ss))
+    parts = deal(len(dataset.y_train), k + q, int(cfg.samples_per_client), np.random.default_rng(deal_ss))
     drng = np.random.default_rng(dist_ss)
     cands, which = distributions(shift, level, int(dataset.num_classes), k, int(cfg.label_bank_size), drng)
     used = np.unique(which)
     unseen_which = used[drng.integers(len(used), size=q)] if q else np.empty(0, np.int64)
-    bright, res_rng = float(dataset.x_train.max()), np.random.default_rng(res_ss)
-    xs, ys, blocks, offset = [], [], [], 0
-    for i, (part, ss) in enumerate(zip(parts, split_ss.spawn(k + q))):
-        dist = cands[int(which[i] if i < k else unseen_which[i - k])]
-        srng = np.random.default_rng(ss)
-        if i < k:
-            sp = split_client(part, cfg, srng)
-            splits = [sp.train, sp.val, sp.test]
-        else:
-            splits = [np.empty(0, np.int64), np.empty(0, np.int64), srng.permutation(part)]
-        if dist.classes is not None:  # label shift: keep the set's classes, resample each split back to its size
-            keep = np.asarray(dist.classes)
-            splits = [_resample(s[np.isin(labels[s], keep)], len(s), res_rng) for s in splits]
-        x, y, block = _client_block(dist, splits, dataset, bright, colour_images, offset)
-        xs.append(x)
-        ys.append(y)
-        if i < k and copies > 1:  # App. F.2: duplicate the local training data (indices; the pool does not grow)
+    dists = [cands[int(i)] for i in (*which, *unseen_which)]
+    xs, ys, blocks = transform_clients(dists, base_splits(parts, k, cfg, split_ss), dataset,
+                                       shift == "feature" and level >= 5, np.random.default_rng(res_ss))
+    if copies > 1:  # App. F.2: duplicate the local training data (indices; the pool does not grow)
+        for block in blocks[:k]:
             block.train = np.tile(block.train, copies)
-        blocks.append(block)
-        offset += len(x)
     meta = {
         "shift_type": shift, "shift_level": level, "train_copies": copies, "num_unseen_clients": q,
         "assigned_samples": int(sum(map(len, parts))), "num_candidate_distributions": len(cands),

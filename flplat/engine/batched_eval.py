@@ -118,8 +118,9 @@ class EvalColumns:
 class SplitRows:
     """The pool rows of every client's ``split`` as one index array in client order (CSR: ``rows``, ``offsets``),
     so selecting the rows of thousands of clients is a few vectorised numpy operations, not a call per client.
-    Built once per split: a partition's splits do not change during a run. Unseen (test-only) clients follow the
-    training clients, with the ids :meth:`FederatedData.indices` gives them."""
+    Built once per split and kept until the clients' splits change (a drift stage:
+    :meth:`LocalExecutor.data_changed`). Unseen (test-only) clients follow the training clients, with the ids
+    :meth:`FederatedData.indices` gives them."""
 
     def __init__(self, data, split: str):
         parts = [data.indices(k, split) for k in range(data.num_clients + len(data.unseen))]

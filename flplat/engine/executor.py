@@ -99,6 +99,10 @@ class LocalExecutor:
             loaded = weights
         return out
 
+    def data_changed(self) -> None:
+        """The clients' splits changed (a drift stage began): drop what was built from the old ones."""
+        self._split_rows.clear()
+
     def split_rows(self, split: str) -> SplitRows:
         """Every client's ``split`` rows as one index array (built once per split)."""
         sr = self._split_rows.get(split)

@@ -22,7 +22,7 @@ def retain_freed_memory(mib: int) -> bool:
     """glibc only, process-wide: serve blocks up to 32 MiB from the heap instead of fresh ``mmap`` s (which the kernel
     maps and zeroes page by page on first touch, then unmaps on free) and give the heap's free top back to the OS
     only once more than ``mib`` MiB are free there. A vectorised step's gradients are tens of MB each (50 clients
-    × 0.8 MB for issue 15's MLP) and glibc's defaults returned them to the OS every step: the kernel's page-fault
+    × 0.8 MB for the FMNIST MLP) and glibc's defaults returned them to the OS every step: the kernel's page-fault
     time was ~10 % of the round (tools/bench_vec_bound.py, "minor page faults"). Peak memory is unchanged; up to
     ``mib`` MiB of freed memory stay with the process. No-op (False) for ``mib`` <= 0 and off glibc."""
     global _retained_mib

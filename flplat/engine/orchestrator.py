@@ -170,9 +170,25 @@ class Orchestrator:
                                   f"window_mean_{key}": s["last_window_mean"]}
             self.final_series = {f"window_mean_{key}_by_round": s["windows"]}
 
+    def _enter_round(self, t: int) -> None:
+        """A partition's drift (:class:`~flplat.data.containers.Drift`, Flux App. D.3): from a change round on, the
+        training clients hold their next stage's data. The data switch in place; what was computed from the old
+        stage is dropped: the train counts, the executor's row caches, and the strategy's federation info (the sizes,
+        label counts and train rows clients report, which FedEM trains on)."""
+        if not self.data.enter_round(t):
+            return
+        self._counts.clear()
+        self.executor.data_changed()
+        info, d = getattr(self.strategy, "info", None), self.data
+        if info is not None:
+            info.num_samples, info.label_counts = d.num_samples("train"), d.label_counts("train")
+            info.all_train_indices = np.concatenate([c.train for c in d.clients])
+            info.split_samples = {split: d.num_samples(split) for split in info.split_samples}
+
     def _round(self, t: int, rng: np.random.Generator) -> dict[str, float]:
         strategy, ex = self.strategy, self.executor
         t0 = time.perf_counter()
+        self._enter_round(t)
         selected = strategy.select(self.state, rng, ex)
         plans = strategy.plan_round(self.state, selected)
         fm = self.failures

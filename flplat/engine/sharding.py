@@ -63,6 +63,10 @@ class ShardedExecutor:
     def fabric(self):
         return self.local.trainer.fabric
 
+    def data_changed(self) -> None:
+        """Every process switches its own copy of the data (SPMD): each drops its row caches."""
+        self.local.data_changed()
+
     def _gather_objects(self, obj):
         out = [None] * self.fabric.world_size
         dist.all_gather_object(out, obj)

@@ -119,8 +119,9 @@ def _fit_candidate(X: np.ndarray, j: int, seed: int, n_init: int) -> tuple[np.nd
         return kmeans(X, j, seed, n_init)
 
 
-def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol, jobs=1, progress=None
+def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol, jobs=1, progress=None, fit=None
             ) -> SilhouetteSearch:
+    """The τ search; ``fit(X, j) -> (labels, centroids)`` replaces K-means (serially) when given."""
     if X.ndim != 2 or len(X) == 0:
         raise ValueError(f"X must be a non-empty (K, D) matrix, got shape {X.shape}")
     if not np.isfinite(X).all():
@@ -142,7 +143,9 @@ def _search(X, k_min, k_max, seed, n_init, subsample, rng, nonpositive, tol, job
 
     dist = pairwise_distances(X if idx is None else X[idx])  # once; every silhouette reads it
     candidates = range(lo, min(hi, n_distinct) + 1)
-    if jobs > 1 and len(candidates) > 1:
+    if fit is not None:
+        fitted = (fit(X, j) for j in candidates)
+    elif jobs > 1 and len(candidates) > 1:
         from joblib import Parallel, delayed
 
         fitted = Parallel(n_jobs=jobs)(delayed(_fit_candidate)(X, j, km_seed, n_init) for j in candidates)
@@ -349,10 +352,16 @@ def adaptive_dbscan(X: np.ndarray, scaling: float = 1.0, min_samples: int = 2, n
     # computation does not drop the knee point from its neighbourhood
     eps = max(eps * (1 + 1e-9), np.finfo(np.float64).tiny)
     labels = DBSCAN(eps=eps, min_samples=int(min_samples)).fit(X).labels_.astype(np.int64)
+    return AdaptiveDBSCAN(noise_as_singletons(labels), float(eps), found, curve, int((labels < 0).sum()), guard)
+
+
+def noise_as_singletons(labels: np.ndarray) -> np.ndarray:
+    """Density-based labels with every noise point (-1) its own cluster (Flux App. D.2: "reassigning noise points as
+    singleton clusters"), renumbered by first appearance."""
+    labels = np.asarray(labels, dtype=np.int64).copy()
     noise = labels < 0
     labels[noise] = labels.max(initial=-1) + 1 + np.arange(int(noise.sum()))
-    labels, _ = _renumber(labels, np.zeros((labels.max() + 1, 1)))
-    return AdaptiveDBSCAN(labels, float(eps), found, curve, int(noise.sum()), guard)
+    return _renumber(labels, np.zeros((labels.max() + 1, 1)))[0]
 
 
 def dynamic_start(round: int, accuracy: np.ndarray, total_rounds: int, threshold: float = 0.06, min_round: int = 3,
@@ -368,3 +377,55 @@ def dynamic_start(round: int, accuracy: np.ndarray, total_rounds: int, threshold
     acc = np.asarray(accuracy, dtype=np.float64)[:r]
     d = np.diff(acc)[max(min_round - 2, 0):r - 1]  # d[i] = A(i + 2) − A(i + 1)
     return bool(len(d) and d.min() < threshold)
+
+
+# ------------------------------------------------------------- other unsupervised clusterings (Flux App. F.6.2)
+# Flux is agnostic to the clustering algorithm as long as it needs no prior such as the number of clusters (§4.2.1,
+# App. F.6.2, Tables 63-64). The paper names the algorithms (unsupervised k-means, HDBSCAN, agglomerative) and no
+# parameter: scikit-learn's estimators with its defaults, except where a default cannot work without a prior (the
+# number of clusters: chosen by the silhouette, as :func:`silhouette_kmeans`) or on ten clients (HDBSCAN's
+# min_cluster_size 5: 2 here, the smallest group, as Flux's DBSCAN min_samples).
+
+
+def agglomerative(X: np.ndarray, k: int, linkage: str = "ward") -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn ``AgglomerativeClustering(n_clusters=k, linkage)`` on the rows: ``(labels, centroids)`` (the
+    clusters' means), renumbered by first appearance."""
+    from sklearn.cluster import AgglomerativeClustering
+
+    X = np.asarray(X, dtype=np.float64)
+    if k == 1:
+        return kmeans(X, 1)
+    labels = AgglomerativeClustering(n_clusters=int(k), linkage=linkage).fit(X).labels_.astype(np.int64)
+    cents = np.stack([X[labels == c].mean(axis=0) for c in range(int(labels.max()) + 1)])
+    return _renumber(labels, cents)
+
+
+LINKAGES = ("ward", "complete", "average", "single")
+
+
+def silhouette_agglomerative(X: np.ndarray, linkage: str = "ward", k_max: int | None = None,
+                             nonpositive: str = "one_cluster", tol: float = 1e-12, threads: int | None = 1
+                             ) -> SilhouetteSearch:
+    """Agglomerative clustering with the number of clusters chosen as :func:`silhouette_kmeans` chooses it: the
+    smallest j in ``2..min(k_max, K - 1)`` whose average silhouette is within ``tol`` of the best, one cluster when
+    there is no candidate or every silhouette is <= 0 (``nonpositive``)."""
+    if linkage not in LINKAGES:
+        raise ValueError(f"linkage={linkage!r}; choose one of: {', '.join(LINKAGES)}")
+    with threadpool_limits(limits=threads):
+        return _search(np.asarray(X, dtype=np.float64), 2, k_max, 0, 1, None, None, nonpositive, tol,
+                       fit=lambda x, j: agglomerative(x, j, linkage))
+
+
+def hdbscan(X: np.ndarray, min_cluster_size: int = 2, min_samples: int | None = None) -> np.ndarray:
+    """scikit-learn ``HDBSCAN(min_cluster_size, min_samples)`` (its other parameters at their defaults) with noise
+    points as singleton clusters (:func:`noise_as_singletons`), renumbered by first appearance. Fewer rows than
+    ``min_cluster_size`` (or ``min_samples``) can form no cluster: every row its own."""
+    from sklearn.cluster import HDBSCAN
+
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or len(X) == 0:
+        raise ValueError(f"X must be a non-empty (K, D) matrix, got shape {X.shape}")
+    if len(X) < max(2, int(min_cluster_size), int(min_samples or 0)):
+        return np.arange(len(X), dtype=np.int64)
+    fit = HDBSCAN(min_cluster_size=int(min_cluster_size), min_samples=min_samples, copy=True).fit(X)
+    return noise_as_singletons(fit.labels_)

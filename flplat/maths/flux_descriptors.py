@@ -142,6 +142,17 @@ class DescriptorScaler:
         return np.where(np.isnan(out), self.fill, out)
 
 
+#: the statistic groups (:meth:`DescriptorScaler.groups`: 0 μ_x, 1 σ_x, 2 class means μ_u, 3 class spreads σ_u) of
+#: each descriptor part Flux can cluster on (``algorithm.descriptor_part``; App. F.6.4, Table 66's rows)
+PARTS = {"full": (0, 1, 2, 3), "marginal": (0, 1), "means": (0, 2), "mu_x": (0,)}
+
+
+def part_mask(length: int, l: int, part: str) -> np.ndarray:  # noqa: E741
+    """(length,) True on the entries of a descriptor ``[μ_x, σ_x, μ_1, σ_1, ...]`` that ``part`` (:data:`PARTS`)
+    keeps; the kept label-free entries (groups 0, 1) come first, as in the descriptor."""
+    return np.isin(DescriptorScaler(l).groups(length), PARTS[part])
+
+
 def sampling_variance(d: np.ndarray, scaler: DescriptorScaler, n: np.ndarray, num_classes: int,
                       epsilon: float = 0.0, ranges: np.ndarray | None = None) -> np.ndarray:
     """(K,) expected squared distance between each client's scaled descriptor ``d`` (K, 2(U+1)l) and the descriptor

@@ -21,13 +21,14 @@ with ten natural clients and two metadata columns, ``view`` and ``age``, so ever
 the dataset the overrides name (``data.name=...``); :data:`CHECK_OVERRIDES` gives the built-ins settings that fit it:
 
 * ``registry`` -- as for datasets (against the partitions' shared keys);
-* ``disjoint`` -- no sample in two clients (training or unseen), a client's train / val / test disjoint, every
-  training client with a training sample;
+* ``disjoint`` -- no sample in two clients (training or unseen) nor in two drift stages of a client, a client's train /
+  val / test disjoint, every training client with a training sample;
 * ``in_range`` -- every index inside the pool the federation trains on, a public sample inside the global test set;
 * ``pure`` -- a pure function of the seed: the same seed gives the same clients, pool and planted ids whatever the
   global random generators hold (reported: whether another seed gives other clients);
 * ``planted`` -- a partition registered with ``plants=True`` gives one integer distribution id per training client
-  and per unseen client (and ``num_distributions``); one without it gives none;
+  and per unseen client (with a drift: per stage and training client), and ``num_distributions`` is the number of
+  distinct training ids (over every stage); one without it gives none;
 * ``invalid_config`` -- an unknown ``partition.*`` key is one line naming it (exit 2).
 
 The test suite runs these on every registered dataset that needs no file from outside the test and on every
@@ -54,6 +55,8 @@ CHECK_OVERRIDES: dict[str, list[str]] = {
               "partition.public_size=100", "partition.pca_components=10"],
     "metadata": ["partition.columns=[view,age]", "partition.bins.age=[50]", "partition.num_unseen_clients=2"],
     "shift": ["partition.type=label", "partition.level=3", "partition.num_unseen_clients=2"],
+    "mixed_shift": ["partition.type=concept_xy+label", "partition.level=3", "partition.num_unseen_clients=2"],
+    "drift": ["partition.type=label", "partition.level=3", "partition.num_unseen_clients=2"],
 }
 
 
@@ -169,6 +172,10 @@ def _arrays(obj: Any, prefix: str = "") -> dict[str, Any]:
         elif isinstance(v, list) and v and hasattr(v[0], "train"):
             for i, c in enumerate(v):
                 out.update(_arrays(c, f"{prefix}{k}[{i}]."))
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):  # e.g. a federation's Drift
+            out.update(_arrays(v, f"{prefix}{k}."))
+        elif isinstance(v, list) and v and isinstance(v[0], list):  # e.g. a Drift's stages
+            out.update(_arrays({str(i): c for i, c in enumerate(v)}, f"{prefix}{k}."))
     return out
 
 
@@ -273,7 +280,9 @@ def check_data_determinism(t: Entry) -> Result:
 # ---- partitions --------------------------------------------------------------------------------------------------
 
 def _clients(fed) -> list:
-    return [*fed.clients, *fed.unseen]
+    """Every client's splits: training, unseen, then the training clients' later drift stages (their own samples)."""
+    later = [c for st in fed.drift.stages[1:] for c in st] if getattr(fed, "drift", None) is not None else []
+    return [*fed.clients, *fed.unseen, *later]
 
 
 def check_disjoint(t: Entry) -> Result:
@@ -343,9 +352,16 @@ def check_planted(t: Entry) -> Result:
         ids = np.asarray(fed.meta.get(key, np.empty(0, np.int64)))
         if ids.shape != (count,) or (count and ids.dtype.kind not in "iu"):
             return Result("planted", False, f"{key} has shape {ids.shape} ({ids.dtype}); allowed: {count} integers")
+    ids = fed.meta["distribution"]
+    if getattr(fed, "drift", None) is not None:
+        ids = np.asarray(fed.drift.distribution if fed.drift.distribution is not None else np.empty(0))
+        want = (len(fed.drift.stages), fed.num_clients)
+        if ids.shape != want:
+            return Result("planted", False, f"drift.distribution has shape {ids.shape}; allowed: {want}, one id per "
+                                            "stage and client")
     m = int(fed.meta.get("num_distributions", -1))
-    if m != len(np.unique(fed.meta["distribution"])):
-        return Result("planted", False, f"num_distributions={m} is not the {len(np.unique(fed.meta['distribution']))}"
+    if m != len(np.unique(ids)):
+        return Result("planted", False, f"num_distributions={m} is not the {len(np.unique(ids))}"
                                         " distinct ids of the training clients")
     return Result("planted", True, f"{m} planted distributions over {fed.num_clients} training and "
                                    f"{len(fed.unseen)} unseen clients")

@@ -10,7 +10,7 @@ CNN (one CNN round took 86-145 s here), T = 20 rounds instead of 40, E = 5, eval
 The Dirichlet α = 0.05 cell of Tables III/IV and Fig. 3 (at every scale) raises ``partition.max_retries`` from
 flplat's safety cap of 100 redraws to 100,000. The paper reports values for this cell (Tables III/IV) and says
 nothing about small clients (§IV-A-b: "Dirichlet [14] controls non-IID data with a single parameter α"); its
-partition, FedArtML's [14] (as the authors' code runs it, SEED-NOTES.md), redraws everything without a cap while
+partition, FedArtML's [14] (as the authors' public code runs it), redraws everything without a cap while
 the smallest client holds fewer than 10 samples. At K = 100, α = 0.05 on FMNIST's 60,000 training images about one
 draw in 10,000 qualifies (20 of 200,000 simulated draws; 8.5 clients under 10 samples in the mean draw), so with
 100 redraws every run of the cell was skipped as infeasible. 100,000 redraws is the paper's rule with a cap that

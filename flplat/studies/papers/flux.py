@@ -271,3 +271,8 @@ TABLES.append(Table(
     [Cell(cid) for cid in _table1_parts(LEVELS)], METHODS, metric="known_association_accuracy", kind="derived",
     parts=_table1_parts(LEVELS), scale_parts={"smoke": _table1_parts(SMOKE_LEVELS)}, notes=TABLE1_NOTES,
     **{k: v for k, v in COMMON.items() if k not in ("notes", "scales")}))
+
+# the ablations of App. F.6.2-F.6.4 (Tables 63-66) and the descriptor fidelity of App. C.1.2 (Table 4)
+from flplat.studies.papers import flux_ablations  # noqa: E402
+
+TABLES += flux_ablations.TABLES

@@ -47,6 +47,14 @@ class Cell:
     metric: str | None = None  # this column's run metric when it is not the table's; ``NAME@STEP``: the value of the
     #                            metric NAME logged at step STEP (a series, e.g. CAFA's windowed accuracy)
     note: str | None = None  # what this cell sets beyond its ready config and why, stated in the table's header
+    # a pooled cell (a paper's mean over shifts and levels, e.g. Flux Table 63): one run per member (each a Cell: its
+    # config, else this cell's; this cell's overrides, then its own) and seed, the cell's value over all of them
+    members: list[Cell] = field(default_factory=list)
+    scales: tuple[str, ...] = ()  # a member: the scales it runs at (empty: every scale), e.g. fewer levels at reduced
+
+    def parts(self, scale: str) -> list[Cell]:
+        """What runs for this cell at ``scale``: its members there, or the cell itself when it pools nothing."""
+        return [m for m in self.members if not m.scales or scale in m.scales] if self.members else [self]
 
 
 @dataclass
@@ -106,7 +114,8 @@ class Table:
         """The datasets this table runs: its ``datasets``, the ``data.name`` of every ready config it names and, for a
         derived table, its component tables' datasets."""
         names = list(self.datasets)
-        for path in dict.fromkeys([*(c.config for c in self.cells), *(m.config for m in self.methods)]):
+        configs = [*(c.config for c in self.cells), *(p.config for c in self.cells for p in c.members)]
+        for path in dict.fromkeys([*configs, *(m.config for m in self.methods)]):
             if path:
                 names.append(_config_data_name(path))
         for tbl in {tbl.id: tbl for part in self.parts.values() for tbl, _ in part}.values():
@@ -196,7 +205,13 @@ def paper_module(paper: str):
 
 
 def paper_tables(paper: str) -> list[Table]:
-    return list(paper_module(paper).TABLES)
+    """The paper's tables: its module's ``TABLES``, then those of the further modules
+    :data:`flplat.studies.papers.MORE_MODULES` lists for it (e.g. Flux's mixed shifts and drift)."""
+    from flplat.studies.papers import MORE_MODULES
+
+    mods = [paper_module(paper), *(importlib.import_module(f"flplat.studies.papers.{m}")
+                                   for m in MORE_MODULES.get(paper, ()))]
+    return [t for mod in mods for t in mod.TABLES]
 
 
 @dataclass
@@ -266,7 +281,8 @@ def resolve_scale(table: Table, scale: str) -> tuple[list[str], str]:
 def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, cells, extra: Sequence[str],
          experiment: str, store_dir: str, baseline_seeds: int | None = None) -> list[Job]:
     """Every job of a train table, each config validated before anything runs (bad input: ConfigError). With
-    ``baseline_seeds`` = n, methods other than the reference and the table's focus run only the first n seeds."""
+    ``baseline_seeds`` = n, methods other than the reference and the table's focus run only the first n seeds. A
+    pooled cell (``Cell.members``) has one job per member at ``scale``, method and seed, all under the cell's id."""
     from flplat.experiment import load_config
 
     over_scale, _ = resolve_scale(table, scale)
@@ -274,12 +290,14 @@ def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, ce
     for c in select(table.cells, cells, "cells", "id"):
         if c.id in table.undefined:
             continue
-        for m in select(table.methods, methods, "methods", "name"):
+        for p, m in ((p, m) for p in c.parts(scale) for m in select(table.methods, methods, "methods", "name")):
             for s in (seeds if baseline_seeds is None or table.all_seeds(m.name) else seeds[:baseline_seeds]):
-                over = [*c.overrides, *(_fill(o, c.params) for o in m.overrides), *over_scale, *extra, f"seed={s}",
-                        f"tracking.experiment={experiment}", f"tracking.store_dir={store_dir}",
-                        f"tracking.run_name={table.id}/{c.id}/{m.name}/s{s}"]
-                path = str(REPO / (m.config or c.config)) if (m.config or c.config) else None
+                name = f"{c.id}/{p.id}" if p is not c else c.id
+                over = [*c.overrides, *(p.overrides if p is not c else []), *(_fill(o, c.params) for o in m.overrides),
+                        *over_scale, *extra, f"seed={s}", f"tracking.experiment={experiment}",
+                        f"tracking.store_dir={store_dir}", f"tracking.run_name={table.id}/{name}/{m.name}/s{s}"]
+                config = m.config or p.config or c.config
+                path = str(REPO / config) if config else None
                 cfg = load_config(path, over)
                 jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg), code_identity(cfg)))
     return jobs

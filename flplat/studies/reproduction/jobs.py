@@ -189,8 +189,9 @@ def job_commands(paper: str, tables: Sequence[str] = (), scale: str = "reduced",
         runs, (cpus, gpus) = _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, overrides,
                                               baseline_seeds, added, rerun_stale)
         pin = pinned([m for _, _, cfg, *_ in runs for m in (cfg.get("plugins") or [])])
-    lines = [shlex.join(_words(pin, paper, t, scale, j, cfg, spec, store_dir, overrides, stale))
-             for t, j, cfg, spec, stale in runs]
+    lines = list(dict.fromkeys(  # the members of a pooled cell share one command (it runs them all)
+        shlex.join(_words(pin, paper, t, scale, j, cfg, spec, store_dir, overrides, stale))
+        for t, j, cfg, spec, stale in runs))
     if form == "lines":
         return "\n".join(f"cd {shlex.quote(pin.cwd)} && {shlex.join(pin.prefix())} {x}" for x in lines)
     grid = command or f"flplat reproduce {paper} {' '.join(tables)} --scale {scale}".replace("  ", " ")

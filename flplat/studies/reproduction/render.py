@@ -77,7 +77,7 @@ def added_verdict(ours: Sequence[float], ours_ref: Sequence[float] | None, *, ti
 def skip_note(skips: Sequence[tuple[int, str]]) -> str:
     """One note's text: the seeds skipped with their reason (seeds that share a reason together)."""
     by_reason: dict[str, list[int]] = {}
-    for seed, reason in sorted(skips):
+    for seed, reason in sorted(set(skips)):  # a pooled cell's members share their seeds: each seed once
         by_reason.setdefault(" ".join(reason.split()).replace("|", "\\|"), []).append(seed)
     return "; ".join(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {reason}"
                      for reason, seeds in by_reason.items())
@@ -217,7 +217,8 @@ def value_note(table: Table, cells: Sequence[str] | None = None, methods: Sequen
     if rows:
         text += "; per row, " + "; ".join(f"{name}: {describe_metric(metric)}" for name, metric in rows.items())
     unit = {1.0: "", 100.0: "; in percent (× 100)"}.get(table.scale_factor, f"; × {table.scale_factor:g}")
-    return (f"{text}{unit}. Ours is the mean ± std over the seeds (population std) of the runs with a value, their "
+    over = "the seeds" if not any(c.members for c in cs) else "the seeds and, in a pooled cell, its members"
+    return (f"{text}{unit}. Ours is the mean ± std over {over} (population std) of the runs with a value, their "
             "number in brackets.")
 
 

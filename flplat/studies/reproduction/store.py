@@ -36,15 +36,15 @@ UNKNOWN_CODE = "unknown code"  # one logged before runs recorded their code
 # Keys added with a default that changes what a run does (where the condition's params hold): a run made before the
 # key existed ran with the value given here, so it stands for a new run only when the new run asks for that value.
 LEGACY_VALUES: dict[str, tuple[str, dict[str, str]]] = {
-    # Flux's adaptive DBSCAN noise guard (issue 11, item 1): a run made before the key existed ran the knee alone,
-    # the paper's rule. The guard was the default from then until issue 24, and runs of that time log
+    # Flux's adaptive DBSCAN noise guard: a run made before the key existed ran the knee alone, the paper's rule.
+    # The guard was the default for a while (it is opt-in now), and runs of that time log
     # knee_guard=noise: by their logged value they stand for the "Flux + noise guard" row (same hash or compatible),
     # the earlier ones and those logging none for the "Flux" row (the default again). Flux-prior's K-means is
     # unaffected (INERT_KEYS)
     "algorithm.knee_guard": ("none", {"algorithm.clustering": "dbscan"}),
-    # APFL's v- and alpha-steps mixed with w after the step before issue 24 (now before it, as its Algorithm 1)
+    # APFL's v- and alpha-steps mixed with w after the step in older versions (now before it, as its Algorithm 1)
     "algorithm.mix_with": ("after", {"algorithm.name": "apfl"}),
-    # pFedMe's inner solve drew a fresh minibatch per step with the federation's optimizer before issue 24 (now K
+    # pFedMe's inner solve drew a fresh minibatch per step with the federation's optimizer in older versions (now K
     # steps on one minibatch with plain gradient steps, as its Algorithm 1 and the authors' code)
     "algorithm.inner_batch": ("fresh", {"algorithm.name": "pfedme"}),
     "algorithm.inner_optimizer": ("federation", {"algorithm.name": "pfedme"}),
