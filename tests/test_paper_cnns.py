@@ -22,6 +22,9 @@ from flplat.studies import reproduce as rp
 from flplat.studies.reproduction.grid import REPO, resolve_scale
 
 VGG_TINY = {"model.name": "vgg19", "model.widths": "[4,4,8,8,8]", "model.classifier": "[8,8]"}
+# the vectorised check: VGG-19's 16 convolutions at the smallest widths, on clients of about 20 digits
+VGG_VEC = {"model.name": "vgg19", "model.widths": "[2,2,2,2,2]", "model.classifier": "[4]",
+           "partition.num_clients": 60, "federation.local_epochs": 1}
 PQFED_TINY = {"model.name": "pqfed_cnn", "model.channels": "[4,8]", "model.fc": 16}
 
 
@@ -114,7 +117,49 @@ def test_dapfl_cnn10_is_fedreps_cifar10_cnn() -> None:
     assert n_params(m) == 307_842
 
 
-@pytest.mark.parametrize("model", [VGG_TINY, PQFED_TINY], ids=["vgg19", "pqfed_cnn"])
+# (model section, the paper's input shape): VGG-19's 16 convolutions at small widths (the check is the structure's)
+CONFORMANCE = {"vgg19": ({"name": "vgg19", "widths": [4, 4, 8, 8, 8], "classifier": [8, 8]}, (3, 32, 32)),
+               "pqfed_cnn_mnist": ({"name": "pqfed_cnn"}, (1, 28, 28)),
+               "pqfed_cnn_cifar10": ({"name": "pqfed_cnn"}, (3, 32, 32)),
+               "dapfl_cnn10": ({"name": "dapfl_cnn10"}, (3, 32, 32)),
+               "dapfl_cnn100": ({"name": "dapfl_cnn100"}, (3, 32, 32))}
+
+
+@pytest.mark.parametrize("case", sorted(CONFORMANCE))
+def test_papers_models_meet_the_model_contract(case: str) -> None:
+    """What every registered model must give (flplat.models.base, flplat.maths.stacked): a linear head that is the
+    last layer on ``features``, ``latent`` feeding ``features.dense``, the same weights from the same seed and other
+    weights from another, construction that leaves the global generator alone, and a stack of copies that trains
+    (vectorised clients) with no reason to fall back to the per-client loop."""
+    from flplat.maths.stacked import StackedForward, probe, stack_reason
+
+    section, shape = CONFORMANCE[case]
+    torch.manual_seed(0)
+    a = build_model(section, shape, 10)
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    b = build_model(section, shape, 10)
+    assert torch.equal(torch.rand(1), after)  # the same draws: construction takes the same numbers each time
+    torch.manual_seed(1)
+    c = build_model(section, shape, 10)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert any(not torch.equal(sa[k], sc[k]) for k in sa if k.endswith("weight"))
+    assert isinstance(a.head, nn.Linear) and a.head.out_features == 10 and a.head.in_features == a.feature_dim
+    x = torch.randn(2, *shape)
+    a.eval()
+    z = a.latent(x)
+    assert z.shape == (2, a.latent_dim)
+    torch.testing.assert_close(a.features.dense(z), a.features(x))
+    torch.testing.assert_close(a.head(a.features(x)), a(x))
+    assert stack_reason(a) is None
+    names = [n for n, _ in a.named_parameters()] + [n for n, _ in a.named_buffers()]
+    own = {**dict(a.named_parameters()), **dict(a.named_buffers())}
+    reason, grads = probe(StackedForward(a, names, randomness="different"), a, [own[n] for n in names], x, train=True)
+    assert reason is None and len(grads) == len(list(a.parameters()))
+
+
+@pytest.mark.parametrize("model", [VGG_VEC, PQFED_TINY], ids=["vgg19", "pqfed_cnn"])
 def test_vectorised_clients_match_the_loop(model: dict) -> None:
     """tests/test_vectorized.py's check on the two new models (VGG: batch-norm statistics per client, float64 as
     there; see its batch-norm test for why)."""
@@ -208,8 +253,9 @@ def _runs(store: Path) -> list:
 
 
 @pytest.mark.parametrize("paper, table, cell, method, model", [
-    ("pqfed", "table2", "exp2", "FedAvg", ["model.name=pqfed_cnn"]),
-    ("dapfl", "table1", "cifar10_k20_low", "FedAvg", ["model.name=dapfl_cnn10"]),
+    ("pqfed", "table2", "exp2", "FedAvg", ["model.name=pqfed_cnn", "model.channels=[4,8]", "model.fc=16"]),
+    ("dapfl", "table1", "cifar10_k20_low", "FedAvg", ["model.name=dapfl_cnn10", "model.channels=[4,8]",
+                                                     "model.fc=[16,8]"]),
     # CAFA: the VGG-19 at small widths; 10 clients (on these 600 images seed 0's draw of 20 leaves one with 9 < 10)
     ("cafa", "table5", "cifar10", "CAFA", ["model.name=vgg19", "model.widths=[4,4,8,8,8]", "model.classifier=[8,8]",
                                            "partition.num_clients=10"]),
