@@ -4,8 +4,9 @@ in all clients and the global server"; [14] is Simonyan & Zisserman, 2014), for 
 The paper names the network and nothing else. Its configuration E (Simonyan & Zisserman, Table 1) fixes the
 convolutional stack: five stages of 3×3 convolutions (stride 1, padding 1, ReLU) with 2, 2, 4, 4, 4 layers of 64,
 128, 256, 512, 512 maps, each stage closed by a 2×2 max-pool (stride 2). The rest is the CIFAR-10 form of the
-authors' public code (the repository the paper links, ``models/vgg.py``, ``VGG('VGG19')``), which is the default
-here:
+authors' public code (§IV-A: "The codes are available at:
+https://github.com/Gengsheng-Li/Non-IID-Robust-Federated-Learning-Algorithms.git"; its ``models/vgg.py``,
+``VGG('VGG19')``), which is the default here:
 
 * batch normalisation after every convolution (Conv -> BatchNorm -> ReLU; the 2014 network has none) —
   ``batch_norm``;
