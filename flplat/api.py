@@ -13,8 +13,13 @@ hyperparameters (``algorithm.KEY`` in configs, checked against the dataclass; ch
 :func:`param_choice` / :func:`check_range`), and decorate it with :func:`register_algorithm`. Each round the
 engine calls ``select`` (clients), ``plan`` (one :class:`ClientPlan` per client: start weights, epochs, extra local
 terms as :class:`LocalHook`), trains the clients and calls ``aggregate`` (the :class:`ClientResult` list ->
-the next :class:`ServerState`); ``eval_weights`` says which model a client uses. Models travel as flat float
-vectors (:class:`ParamLayout`); per-client vectors live in a :class:`ClientStore` (``info.client_store()``).
+the next :class:`ServerState`); ``eval_weights`` says which model a client uses. What the engine relies on is
+declared, and ``flplat check`` verifies it: ``eval_models`` (an :class:`EvalModels`: which model a training client
+and an unseen client are scored with -- global, cluster, personal; global, an ensemble, inferred at test time, or
+not applicable and why), ``reduces_across_shards`` (``aggregate`` reads only the round's sample-weighted mean
+model(s)) and, on a :class:`LocalHook`, ``vectorizes`` (its whole effect is ``functional_loss``).
+Models travel as flat float vectors (:class:`ParamLayout`); per-client vectors live in a :class:`ClientStore`
+(``info.client_store()``).
 A round's ``bytes_down`` / ``bytes_up`` count the part of each plan's and result's vector that travels: a method
 whose clients keep part of the model (FedPer's or FedRep's head) says so with ``local_prefixes = ("head.",)``
 (layout names that never leave the client), or overrides :meth:`Strategy.sent_mask` (one boolean mask over the
@@ -67,11 +72,14 @@ from flplat.protocol.registry import register_algorithm
 from flplat.protocol.seeding import derive_seed
 from flplat.protocol.state import ClientStore, ParamLayout, ServerState
 from flplat.protocol.strategy import (
+    SEEN_MODELS,
     TRUE_M,
+    UNSEEN_MODELS,
     ClientPlan,
     ClientResult,
     ClientView,
     ClusteredStrategy,
+    EvalModels,
     EvalResult,
     FederationInfo,
     FederationOps,
@@ -88,7 +96,7 @@ __all__ = [
     # the strategy protocol
     "Strategy", "PersonalizedStrategy", "ClusteredStrategy", "NoConfig", "LocalHook", "HookContext", "ClientPlan",
     "ClientResult", "EvalResult", "ClientView", "FederationOps", "FederationInfo", "ServerState", "ClientStore",
-    "ParamLayout", "derive_seed", "sample_uniform", "true_m", "TRUE_M",
+    "ParamLayout", "derive_seed", "sample_uniform", "true_m", "TRUE_M", "EvalModels", "SEEN_MODELS", "UNSEEN_MODELS",
     # registering
     "register_algorithm", "register_dataset", "register_model", "register_partition",
     # data, models, configs

@@ -14,8 +14,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import sys
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,8 +30,10 @@ from flplat.configure import load_config, registries  # noqa: F401  (load_config
 from flplat.data.containers import FederatedData
 from flplat.data.datasets import load_dataset
 from flplat.data.partitions import build_federation
+from flplat.engine.callbacks import ClientStateCleanup, ProgressCallback, eta  # noqa: F401  (eta: re-exported)
 from flplat.engine.client import ClientTrainer
-from flplat.engine.orchestrator import Callback, Orchestrator, RunSummary
+from flplat.engine.events import Callback
+from flplat.engine.orchestrator import Orchestrator, RunSummary
 from flplat.engine.sharding import default_threads, is_main_process, make_executor
 from flplat.errors import ConfigError, first_line
 from flplat.metrics.noniid import noniid_summary
@@ -234,64 +234,12 @@ def run_state_dir(root: str | None) -> str | None:
     return os.path.join(root, f"run-{uuid.uuid4().hex[:12]}")
 
 
-class ClientStateCleanup(Callback):
-    """Removes the run's client-state directory when the run ends (its content is in the checkpoint when the
-    run can be resumed), unless ``federation.keep_client_state``."""
-
-    def __init__(self, directory: str, keep: bool):
-        self.directory, self.keep = directory, keep
-
-    def on_end(self, orch, status):
-        if not self.keep:
-            import shutil
-
-            shutil.rmtree(str(orch.meta.get("client_state_dir", self.directory)), ignore_errors=True)
-
-
 def public_inputs(data: FederatedData) -> torch.Tensor | None:
     """The server's public unlabeled inputs: the partition's public sample (rows of the global test set) when it
     defines one, else the global test set's inputs (None without one)."""
     if data.x_global_test is None:
         return None
     return data.x_global_test if data.public_indices is None else data.x_global_test[data.public_indices]
-
-
-def eta(seconds: float) -> str:
-    """A time left for progress lines: ``42s``, ``3m05s``, ``2h07m``."""
-    s = max(0, int(round(seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-class ProgressCallback(Callback):
-    """A tqdm bar over rounds on stderr with the latest accuracy and loss."""
-
-    def __init__(self, total: int, desc: str):
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=total, desc=desc, unit="round", file=sys.stderr, dynamic_ncols=True,
-                        disable=None)  # None: disabled when stderr is not a terminal
-        self.plain = self.bar.disable
-        self.t0, self.done = time.perf_counter(), 0
-
-    def on_round_end(self, orch, round, metrics):
-        self.done += 1
-        post = {"loss": f"{metrics['train_loss']:.4f}"}
-        if "global_accuracy" in metrics:
-            post["acc"] = f"{metrics['global_accuracy']:.4f}"
-        self.bar.set_postfix(post)
-        self.bar.update(1)
-        if self.plain:  # not a terminal (CI, logs): one line per round instead of a bar
-            text = " ".join(f"{k}={v}" for k, v in post.items())
-            left = (orch.rounds - round) * (time.perf_counter() - self.t0) / self.done
-            print(f"[round {round}/{orch.rounds}] {text} time={metrics['round_time_s']:.2f}s left={eta(left)}",
-                  file=sys.stderr, flush=True)
-
-    def on_end(self, orch, status):
-        self.bar.close()
 
 
 def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = True,
@@ -323,7 +271,8 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
         # p.cfg: the config with what the data fill in (model.vocab_size, partition.num_clients); the hash below
         # stays the written one's
         tracker = MlflowCallback(cfg.tracking, flatten(loggable(p.cfg)), loggable_yaml(p.cfg), p.partition_metrics,
-                                 p.data.label_counts("all"), sizes)
+                                 p.data.label_counts("all"), sizes,
+                                 {"input_shape": list(p.data.input_shape), "num_classes": int(p.data.num_classes)})
         if resume is not None:
             tracker.resume_run_id = resume["meta"]["run_id"]
         from flplat.tracking.runs import CONFIG_KEY_TAG
@@ -337,22 +286,22 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
             from flplat.tracking.runs import checkpoint_dir
 
             cbs.insert(0, CheckpointCallback(checkpoint_dir(cfg.tracking), int(cfg.tracking.checkpoint_every),
-                                             bool(cfg.tracking.keep_checkpoint)))
+                                             bool(cfg.tracking.keep_checkpoint), run_id=lambda: tracker.run_id))
     f = cfg.federation
     if p.strategy.info.state_dir is not None:
         cbs.append(ClientStateCleanup(p.strategy.info.state_dir, bool(f.keep_client_state)))
     executor = make_executor(p.trainer, p.data, int(cfg.seed), bool(f.vectorize), int(f.vectorize_group),
                              int(f.eval_group_size), int(f.vectorize_keep_mib))
+    from flplat.engine.failures import FailureModel
+
+    meta = {"config_yaml": loggable_yaml(cfg)}
+    if p.strategy.info.state_dir is not None:  # (a resumed run keeps writing to its first one: meta restored)
+        meta["client_state_dir"] = p.strategy.info.state_dir
     orch = Orchestrator(p.strategy, executor, p.data,
                         int(cfg.federation.rounds), int(cfg.federation.eval_every), int(cfg.seed), cbs,
                         int(cfg.federation.accuracy_window), metrics_cfg=cfg.metrics,
-                        batched_eval=bool(f.batched_eval))
-    from flplat.engine.failures import FailureModel
-
-    orch.failures = FailureModel(cfg.federation.failures, int(cfg.seed), int(cfg.federation.local_epochs))
-    orch.meta["config_yaml"] = loggable_yaml(cfg)
-    if p.strategy.info.state_dir is not None:  # (a resumed run keeps writing to its first one: meta restored)
-        orch.meta["client_state_dir"] = p.strategy.info.state_dir
+                        batched_eval=bool(f.batched_eval),
+                        failures=FailureModel(f.failures, int(cfg.seed), int(f.local_epochs)), meta=meta)
     if resume is not None:
         from flplat.engine.checkpoint import resumer
 

@@ -20,7 +20,8 @@ def _run(cfg):
 # registered algorithm, one test per algorithm so that the runs the properties share (the reference run and its
 # checkpoint) are made once. The two that start other processes (sharded, kill_resume) run registry-wide under
 # `-m slow` (tests/test_sharding.py, tests/test_checkpoint.py) and for a representative in the default suite.
-FAST = ("registry", "smoke", "determinism", "checkpoint", "vectorize", "failures", "invalid_config")
+FAST = ("registry", "smoke", "determinism", "checkpoint", "vectorize", "failures", "invalid_config", "declarations",
+        "evaluation")
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))

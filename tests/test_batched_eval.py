@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from flplat.algorithms.base import ClusteredStrategy, PersonalizedStrategy, Strategy
+from flplat.api import ClusteredStrategy, EvalModels, PersonalizedStrategy, Strategy
 from flplat.engine.batched_eval import EvalColumns, StackedScorer, shared_model_groups
 from flplat.engine.client import ClientTrainer
 from flplat.engine.orchestrator import LocalExecutor
@@ -66,7 +66,7 @@ def _same_metrics(batched, per_client):
                 assert h_b[k] == (pytest.approx(h_p[k], rel=1e-5) if "loss" in k else h_p[k]), k
 
 
-def test_shared_model_groups_follow_the_strategy_structure():
+def test_shared_model_groups_follow_the_strategy_declaration():
     w, clusters = torch.zeros(3), torch.arange(6.0).view(2, 3)
 
     class Plain(Strategy):
@@ -75,22 +75,31 @@ def test_shared_model_groups_follow_the_strategy_structure():
     class Clustered(ClusteredStrategy):
         pass
 
-    class Mixed(ClusteredStrategy):
+    class Mixed(ClusteredStrategy):  # its clients use other models than their cluster's, and it says so
+        eval_models = EvalModels("personal", "cluster_ensemble")
+
         def eval_weights(self, state, client):
             return state.weights
+
+    class Fallback(ClusteredStrategy):  # an unassigned client uses the first cluster's model (FeSEM's rule)
+        def unassigned_weights(self, state):
+            return state.clusters[0]
 
     def make(cls):  # only the classes matter: skip the abstract methods and __init__
         cls.__abstractmethods__ = frozenset()
         return object.__new__(cls)
 
-    plain, clustered, mixed = (make(cls) for cls in (Plain, Clustered, Mixed))
+    plain, clustered, mixed, fallback = (make(cls) for cls in (Plain, Clustered, Mixed, Fallback))
     (g,) = shared_model_groups(plain, ServerState(weights=w), 4)
     assert g[0] is w and g[1].tolist() == [0, 1, 2, 3]
     groups = shared_model_groups(clustered, ServerState(weights=w, clusters=clusters,
                                                         assignment=np.array([1, -1, 1, 0])), 4)
     assert [(gw.tolist(), cl.tolist()) for gw, cl in groups] == [([0.0, 1.0, 2.0], [3]), ([3.0, 4.0, 5.0], [0, 2]),
                                                       ([0.0, 0.0, 0.0], [1])]
-    assert shared_model_groups(mixed, ServerState(weights=w), 4) is None  # overrides eval_weights: per client
+    assert shared_model_groups(mixed, ServerState(weights=w), 4) is None  # declared personal: per client
+    *_, (rest, who) = shared_model_groups(fallback, ServerState(weights=w, clusters=clusters,
+                                                                assignment=np.array([1, -1, 1, -1])), 4)
+    assert rest.tolist() == [0.0, 1.0, 2.0] and who.tolist() == [1, 3]
     personal = make(type("Personal", (PersonalizedStrategy,), {}))
     assert shared_model_groups(personal, ServerState(weights=w), 4) is None
 

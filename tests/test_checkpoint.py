@@ -114,7 +114,7 @@ def test_resume_refuses_other_overrides_and_missing_checkpoint(tmp_path, capsys)
     assert "no checkpoint" in capsys.readouterr().err
 
 
-def _orchestrator(cfg, callbacks=()):
+def _orchestrator(cfg, callbacks=(), strategy_cls=None):
     from flplat.engine.orchestrator import Orchestrator
     from flplat.engine.sharding import make_executor
     from flplat.experiment import prepare
@@ -122,7 +122,8 @@ def _orchestrator(cfg, callbacks=()):
     p = prepare(cfg)
     f = cfg.federation
     ex = make_executor(p.trainer, p.data, int(cfg.seed))
-    return p, Orchestrator(p.strategy, ex, p.data, int(f.rounds), int(f.eval_every), int(cfg.seed), callbacks,
+    strategy = p.strategy if strategy_cls is None else strategy_cls(p.strategy.cfg, p.strategy.info)
+    return p, Orchestrator(strategy, ex, p.data, int(f.rounds), int(f.eval_every), int(cfg.seed), callbacks,
                            int(f.accuracy_window), metrics_cfg=cfg.metrics)
 
 
@@ -150,12 +151,10 @@ def test_strategy_state_outside_server_state_is_checkpointed(tiny_cfg):
             return state
 
     cfg = tiny_cfg(**{"federation.rounds": 3})
-    p, orch = _orchestrator(cfg)
-    orch.strategy = Counting(orch.strategy.cfg, orch.strategy.info)
+    p, orch = _orchestrator(cfg, strategy_cls=Counting)
     orch.run(p.init_weights)
     data = checkpoint.payload(orch, 3)
-    p2, orch2 = _orchestrator(cfg)
-    orch2.strategy = Counting(orch2.strategy.cfg, orch2.strategy.info)
+    p2, orch2 = _orchestrator(cfg, strategy_cls=Counting)
     checkpoint.restore(orch2, {**data, "state": data["state"]})
     assert orch2.strategy.offset == 0.5 ** 4
     assert torch.equal(orch2.state.weights, orch.state.weights)

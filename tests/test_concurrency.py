@@ -50,12 +50,12 @@ def test_client_state_files_are_per_run_and_removed(tiny_cfg, tmp_path):
     shared = {**over, "federation.client_state_dir": str(tmp_path)}
     seen = []
 
-    from flplat.engine.orchestrator import Callback
+    from flplat.engine.events import Callback
 
     class Interleave(Callback):  # while run A is between rounds, run B runs completely on the same directory
-        def on_round_end(self, orch, round, metrics):
-            seen.append(orch.state.personal.path)
-            if round == 1:
+        def on_round_end(self, end):
+            seen.append(end.state.personal.path)
+            if end.round == 1:
                 b, _ = run(tiny_cfg(**shared, seed=1), progress=False)
                 seen.append(b.state.personal.path)
 

@@ -290,7 +290,8 @@ def test_test_phase_ensemble_weights_each_cluster_model_by_its_number_of_clients
     """App. F.2: methods without a test-time mechanism predict with Σ_c (n_c / Σ n) softmax(f(x; θ_c))."""
     from types import SimpleNamespace
 
-    from flplat.engine.orchestrator import Orchestrator
+    from flplat.api import ClusteredStrategy
+    from flplat.engine.evaluation import Evaluator, ensemble_accuracy
     from flplat.engine.state import ServerState
 
     probs = {0.0: torch.tensor([[0.7, 0.3]]), 1.0: torch.tensor([[0.1, 0.9]])}  # model θ_c = [c]
@@ -300,8 +301,16 @@ def test_test_phase_ensemble_weights_each_cluster_model_by_its_number_of_clients
             return [(probs[float(w[0])], torch.tensor([0])) for _, w in requests]
 
     state = ServerState(clusters=torch.tensor([[0.0], [1.0]]), assignment=np.array([0, 0, 0, 1]))
-    stub = SimpleNamespace(state=state, executor=Ops(), strategy=None, data=SimpleNamespace(num_clients=4))
+    strategy = ClusteredStrategy.__new__(type("C", (ClusteredStrategy,), {"aggregate": None}))
+    ev = Evaluator(strategy, Ops(), SimpleNamespace(num_clients=4))
+
+    def accuracy(trained=None):
+        return ensemble_accuracy(ev.executor, ev.ensemble(state, trained), [4])
+
     # 3:1 -> (0.55, 0.45): class 0, right; equal weights would give (0.4, 0.6): class 1, wrong
-    assert Orchestrator._ensemble_accuracy(stub, [4]) == [1.0]
+    assert accuracy() == [1.0]
     state.assignment = np.array([0, 1, 1, 1])  # 1:3 -> (0.25, 0.75): class 1
-    assert Orchestrator._ensemble_accuracy(stub, [4]) == [0.0]
+    assert accuracy() == [0.0]
+    # only clients that have trained count: clients 0 and 1 -> 1:1 -> (0.4, 0.6): class 1; client 0 alone: class 0
+    assert accuracy(np.array([True, True, False, False])) == [0.0]
+    assert accuracy(np.array([True, False, False, False])) == [1.0]

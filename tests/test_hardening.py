@@ -257,11 +257,11 @@ class _Swallow:
     def __init__(self):
         self.rounds = 0
 
-    def on_start(self, orch):
+    def on_start(self, start):
         pass
 
-    def on_round_end(self, orch, t, metrics):
-        self.rounds = t
+    def on_round_end(self, end):
+        self.rounds = t = end.round
         if t == 1:
             try:
                 os.kill(os.getpid(), signal.SIGINT)
@@ -269,7 +269,7 @@ class _Swallow:
             except KeyboardInterrupt:
                 pass
 
-    def on_end(self, orch, status):
+    def on_end(self, end):
         pass
 
 
@@ -279,7 +279,7 @@ def test_swallowed_ctrl_c_still_ends_the_run(tmp_path, tiny_cfg):
 
 
 class _CtrlCAtStart(_Swallow):
-    def on_start(self, orch):  # after the MLflow run was created (the tracker starts first)
+    def on_start(self, start):  # after the MLflow run was created (the tracker starts first)
         raise KeyboardInterrupt
 
 

@@ -178,3 +178,73 @@ def test_top_level_is_the_design_cards():
     allowed = {"pyproject.toml", "README.md", "CHANGELOG.md", "flplat", "configs", "tests", "mlruns", "tools", "docs",
                ".ci", ".gitignore"}
     assert top <= allowed, f"unexpected top-level entries: {sorted(top - allowed)}"
+
+
+def _calls_on(tree: ast.AST, name: str) -> set[str]:
+    """Attributes read on the variable ``name`` anywhere in ``tree`` (``orch.state`` -> ``state``)."""
+    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            and n.value.id == name}
+
+
+def test_no_callback_reads_the_orchestrator():
+    """Callbacks receive frozen records (flplat/engine/events.py), never the round loop: no module that defines a
+    callback imports the orchestrator, and no callback method's parameter is the orchestrator."""
+    graph = import_graph(_modules())
+    offenders = []
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text())
+        callbacks = [c for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                     and any(getattr(b, "id", getattr(b, "attr", "")) == "Callback" for b in c.bases)]
+        if not callbacks:
+            continue
+        if "flplat.engine.orchestrator" in graph[name]:
+            offenders.append(f"{name} defines a callback and imports flplat.engine.orchestrator")
+        for cls in callbacks:
+            for fn in (f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name.startswith("on_")):
+                args = [a.arg for a in fn.args.args[1:]]
+                if len(args) != 1 or "orch" in args[0] or _calls_on(fn, "orch"):
+                    offenders.append(f"{name}: {cls.name}.{fn.name}({', '.join(args)}) is not a record callback")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_callbacks_get_frozen_records_not_the_loop(tiny_cfg):
+    import dataclasses
+
+    from flplat.engine.events import Callback, RoundEnd, RunEnd, RunStart
+    from flplat.experiment import run
+
+    seen = []
+
+    class Spy(Callback):
+        def on_start(self, start):
+            seen.append(start)
+
+        def on_round_end(self, end):
+            seen.append(end)
+
+        def on_end(self, end):
+            seen.append(end)
+
+    summary, _ = run(tiny_cfg(**{"federation.rounds": 2}), callbacks=[Spy()], progress=False)
+    assert [type(r) for r in seen] == [RunStart, RoundEnd, RoundEnd, RunEnd]
+    for r in seen:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            r.meta = {}  # noqa: B010  (frozen: one callback cannot change what the next one sees)
+    end = seen[-1]
+    assert end.status == "FINISHED" and end.completed_round == 2 and list(end.history) == summary.history
+    assert end.report.algorithm == "FedAvg" and end.report.global_weights is summary.state.weights
+    assert dict(end.final) == summary.final and "config_yaml" in end.meta
+    assert seen[1].checkpoint()["round"] == 1 and seen[0].tags["flplat.eval.unseen_model"] == "global: the global model"
+
+
+def test_the_round_loop_is_small_and_no_method_identity_decides_behaviour():
+    """The orchestrator keeps the round loop (evaluation lives in flplat/engine/evaluation.py), and behaviour is
+    declared (eval_models, reduces_across_shards, vectorizes), never decided by comparing methods with ``is``."""
+    lines = len((PKG / "engine" / "orchestrator.py").read_text().splitlines())
+    assert lines <= 220, f"flplat/engine/orchestrator.py has {lines} lines"
+    import re
+
+    identity = re.compile(r"\bis(?: not)? [A-Z]\w*\.[a-z_]\w*")
+    found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in PKG.rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if identity.search(line)]
+    assert not found, "\n".join(found)

@@ -71,12 +71,14 @@ def test_vgg19_is_configuration_e_with_the_authors_cifar_classifier() -> None:
 def test_vgg19_options_and_small_inputs() -> None:
     """Without batch norm and with the 2014 dropout; VGG-11's stages on 28x28 (ceil-mode pools: 28 -> ... -> 1);
     8x8 digits still reach a 1x1 map; bad keys are one-line errors naming the key."""
-    plain = build_model({"name": "vgg19", "batch_norm": False, "dropout": 0.5}, (3, 32, 32), 10)
+    small = {"name": "vgg19", "widths": [4, 4, 8, 8, 8], "classifier": [8, 8]}  # the structure, at small widths
+    plain = build_model({**small, "batch_norm": False, "dropout": 0.5}, (3, 32, 32), 10)
     assert _count(plain, nn.BatchNorm2d) == 0 and [d.p for d in plain.modules() if isinstance(d, nn.Dropout)] == [
         0.5, 0.5]
-    assert n_params(plain) == 20_565_834 - 2 * 5504
-    vgg11 = build_model({"name": "vgg19", "convs": [1, 1, 2, 2, 2], "classifier": []}, (1, 28, 28), 7)
-    assert _count(vgg11, nn.Conv2d) == 8 and vgg11.latent_dim == vgg11.feature_dim == 512
+    # batch norm's weight and bias per channel: 2 * (4 * 2 + 4 * 2 + 8 * 4 * 3) = 224 parameters fewer
+    assert n_params(build_model(small, (3, 32, 32), 10)) - n_params(plain) == 2 * (4 * 2 + 4 * 2 + 8 * 4 * 3) == 224
+    vgg11 = build_model({**small, "convs": [1, 1, 2, 2, 2], "classifier": []}, (1, 28, 28), 7)
+    assert _count(vgg11, nn.Conv2d) == 8 and vgg11.latent_dim == vgg11.feature_dim == 8
     assert build_model({"name": "vgg19", "widths": [2, 2, 4, 4, 4]}, (1, 8, 8), 3).latent_dim == 4
     with pytest.raises(ConfigError, match=r"^model.convs=\[2, 2\] is out of range; allowed: a list of 5 integers"):
         build_model({"name": "vgg19", "convs": [2, 2]}, (3, 32, 32), 10)
@@ -126,37 +128,23 @@ CONFORMANCE = {"vgg19": ({"name": "vgg19", "widths": [4, 4, 8, 8, 8], "classifie
 
 
 @pytest.mark.parametrize("case", sorted(CONFORMANCE))
-def test_papers_models_meet_the_model_contract(case: str) -> None:
-    """What every registered model must give (flplat.models.base, flplat.maths.stacked): a linear head that is the
-    last layer on ``features``, ``latent`` feeding ``features.dense``, the same weights from the same seed and other
-    weights from another, construction that leaves the global generator alone, and a stack of copies that trains
-    (vectorised clients) with no reason to fall back to the per-client loop."""
-    from flplat.maths.stacked import StackedForward, probe, stack_reason
+def test_papers_models_pass_the_model_check_on_the_papers_inputs(case: str) -> None:
+    """``flplat check --model`` (flplat/studies/model_check.py: build, the features / head split, the same weights
+    from the same seed, vectorisable) on the input the paper feeds the model (tests/test_model_check.py runs it on
+    the check's own first shape, 28x28 grey); and another seed gives other weights."""
+    from flplat.studies.model_check import check_model
 
     section, shape = CONFORMANCE[case]
-    torch.manual_seed(0)
-    a = build_model(section, shape, 10)
-    after = torch.rand(1)
-    torch.manual_seed(0)
-    b = build_model(section, shape, 10)
-    assert torch.equal(torch.rand(1), after)  # the same draws: construction takes the same numbers each time
-    torch.manual_seed(1)
-    c = build_model(section, shape, 10)
-    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
-    assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
-    assert any(not torch.equal(sa[k], sc[k]) for k in sa if k.endswith("weight"))
-    assert isinstance(a.head, nn.Linear) and a.head.out_features == 10 and a.head.in_features == a.feature_dim
-    x = torch.randn(2, *shape)
-    a.eval()
-    z = a.latent(x)
-    assert z.shape == (2, a.latent_dim)
-    torch.testing.assert_close(a.features.dense(z), a.features(x))
-    torch.testing.assert_close(a.head(a.features(x)), a(x))
-    assert stack_reason(a) is None
-    names = [n for n, _ in a.named_parameters()] + [n for n, _ in a.named_buffers()]
-    own = {**dict(a.named_parameters()), **dict(a.named_buffers())}
-    reason, grads = probe(StackedForward(a, names, randomness="different"), a, [own[n] for n in names], x, train=True)
-    assert reason is None and len(grads) == len(list(a.parameters()))
+    over = [f"model.{k}={v}" for k, v in section.items() if k != "name"]
+    results = check_model(section["name"], over, input_shape=shape)
+    assert [r.prop for r in results] == ["build", "split", "init", "vectorize"]
+    assert all(r.ok for r in results), [r.line() for r in results]
+    assert str(shape) in results[0].detail and results[3].detail.startswith("vectorisable: vmap")
+    weights = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        weights.append(build_model(section, shape, 10).head.weight)
+    assert not torch.equal(*weights)
 
 
 @pytest.mark.parametrize("model", [VGG_VEC, PQFED_TINY], ids=["vgg19", "pqfed_cnn"])

@@ -247,7 +247,7 @@ def test_sent140_files_train_the_lstm_with_the_vocabulary_filled_in(isolated: Pa
     assert flatten(loggable(p.cfg))["model.vocab_size"] == 6  # what MLflow logs
     assert config_key(p.cfg) != config_key(cfg)  # (studies find runs by the written config's hash)
     import flplat.tracking.runs as runs
-    from flplat.engine.orchestrator import Callback
+    from flplat.engine.events import Callback
     from flplat.experiment import run
 
     class Tracker(Callback):  # what run() hands MLflow, without a store (the real one: the slow test below)
@@ -274,8 +274,9 @@ def test_test_phase_ensemble_of_multi_label_models_uses_sigmoids_and_reports_aur
     data: the ensemble of per-label probabilities, scored by exact match and by macro ROC AUC."""
     from types import SimpleNamespace
 
+    from flplat.api import ClusteredStrategy
+    from flplat.engine.evaluation import Evaluator, ensemble_accuracy, known_association
     from flplat.engine.executor import _softmax_and_labels
-    from flplat.engine.orchestrator import Orchestrator
     from flplat.engine.state import ServerState
 
     y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
@@ -287,17 +288,17 @@ def test_test_phase_ensemble_of_multi_label_models_uses_sigmoids_and_reports_aur
             return [(probs[float(w[0])], y) for _, w in requests]
 
     state = ServerState(clusters=torch.tensor([[0.0], [1.0]]), assignment=np.array([0, 0, 0, 1]))
-    stub = SimpleNamespace(state=state, executor=Ops(), strategy=None, data=SimpleNamespace(num_clients=4))
+    strategy = ClusteredStrategy.__new__(type("C", (ClusteredStrategy,), {"aggregate": None}))
+    models = Evaluator(strategy, Ops(), SimpleNamespace(num_clients=4)).ensemble(state)
     aurocs: list[float] = []
     # 3:1 -> [[.7, .2], [.2, .3], [.5, .45]]: exact match only on row 0 (row 2: 0.5 is not > 0.5) -> 1/3
-    assert Orchestrator._ensemble_accuracy(stub, [4], aurocs) == [pytest.approx(1 / 3)]
+    assert ensemble_accuracy(Ops(), models, [4], aurocs) == [pytest.approx(1 / 3)]
     # label 0: positives .7, .5 vs negative .2 -> 1; label 1: positives .3, .45 vs negative .2 -> 1
     assert aurocs == [pytest.approx(1.0)]
     # known association: the unweighted mean of the training clients' own AUROCs (NaN: a client without one)
     table = {"accuracy": np.array([0.5, 0.0, np.nan]), "auroc": np.array([0.9, 0.7, np.nan])}
-    known = SimpleNamespace(client_table=table, data=SimpleNamespace(meta={"test_phase": "n/a"}))
-    assert Orchestrator.test_phase(known) == {"known_association_accuracy": 0.25,
-                                              "known_association_auroc": pytest.approx(0.8)}
+    assert known_association(table) == {"known_association_accuracy": 0.25,
+                                        "known_association_auroc": pytest.approx(0.8)}
     view = SimpleNamespace(net=lambda x: x, x=torch.tensor([[0.0, 2.0]]), y=torch.tensor([[0.0, 1.0]]),
                            autocast=contextlib.nullcontext)
     p, _ = _softmax_and_labels(view)

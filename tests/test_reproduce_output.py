@@ -113,3 +113,25 @@ def test_flux_at_smoke_scale_finishes_before_clustering_and_the_tau_table_says_s
     assert "| label_l5 | Flux | not reported | — | — | finished, clustering never started, see note 1 |" in out
     assert "1. finished, clustering never started: seed 0: the run finished after 2 rounds without logging tau; " \
            "clustering_started = 0 at its last round; algorithm.start_round=0: the dynamic start rule" in out
+
+
+def test_an_empty_class_bucket_says_no_many_classes_not_not_run(tmp_path):
+    """DA-PFL Table IV on digits: the runs finished, but no client's class has over 80 training samples, so the
+    Many rows read "no Many classes" with the rule in the note (not "not run", not a bare "without a value")."""
+    store = rp.Store("e", str(tmp_path))
+    rid = store.client.create_run(store.exp_id).info.run_id
+    for k, v in (("federation.rounds", "100"), ("metrics.class_bucket_edges", "[30.0, 80.0]")):
+        store.client.log_param(rid, k, v)
+    store.client.set_terminated(rid, "FINISHED")
+    why = store.no_value(rid, "acc_many_last10")
+    assert why == ("no Many classes: the run finished after 100 rounds and no client's test classes fell in the Many "
+                   "bucket by their training counts (metrics.class_bucket_edges=[30.0, 80.0]: Few < a <= Medium <= b "
+                   "< Many)")
+    assert store.no_value(rid, "acc_few_last10").startswith("no Few classes: ")
+    assert store.no_value(rid, "acc_total").startswith(NO_VALUE)  # not a bucket
+    t = rp.Table("table4", "T", [rp.Cell("digits_many")], [rp.Method("FedAvg")], metric="acc_many_last10",
+                 reference=None, scale_factor=100.0)
+    vals = {"tables": {"table4": {"source": "x", "default": "not reported"}}}
+    md = rp.render_table(t, vals, {}, "hdr", skipped={("digits_many", "FedAvg"): [(0, why), (1, why)]})
+    assert "| digits_many | FedAvg | not reported | — | — | no Many classes, see note 1 |" in md
+    assert "1. no Many classes: seeds 0, 1: the run finished after 100 rounds and no client's" in md

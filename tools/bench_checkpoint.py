@@ -26,11 +26,11 @@ def main(argv: list[str]) -> None:
     sizes: list[int] = []
     original = CheckpointCallback._save
 
-    def timed(self, orch, round):
+    def timed(self, make, round):
         t0 = time.perf_counter()
-        original(self, orch, round)
+        original(self, make, round)
         saves.append(time.perf_counter() - t0)
-        path = self.path(orch)
+        path = self.path()
         if path is not None and path.exists():
             sizes.append(path.stat().st_size)
 

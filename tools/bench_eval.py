@@ -84,8 +84,8 @@ def read_models(orch, ex) -> None:
 
 
 def evaluate(orch, batched: bool) -> dict:
-    orch.batched_eval = batched
-    return orch.evaluate()
+    orch.evaluator.batched = batched
+    return orch.evaluator.evaluate(orch.state)
 
 
 def main(argv=None) -> int:

@@ -437,13 +437,14 @@ def attempt(name: str, fn: Callable[[], Outcome]) -> Outcome:
 
 
 class Hooks:
-    """A run's round events (``flplat.experiment.run(cfg, callbacks=[...])``); override what is needed."""
+    """A run's round events (``flplat.experiment.run(cfg, callbacks=[...])``, records of
+    :mod:`flplat.engine.events`); override what is needed."""
 
-    def on_start(self, orch) -> None: ...
+    def on_start(self, start) -> None: ...
 
-    def on_round_end(self, orch, round: int, metrics: dict) -> None: ...
+    def on_round_end(self, end) -> None: ...
 
-    def on_end(self, orch, status: str) -> None: ...
+    def on_end(self, end) -> None: ...
 
 
 class Warnings(logging.Handler):
@@ -593,15 +594,12 @@ def check_checkpoint_resume(ctx: Context) -> Iterator[Outcome]:
             folder = Path(tempfile.mkdtemp(dir=ctx.tmp))
 
             class Interrupt(Hooks):
-                def on_start(self, orch):
-                    orch.meta.setdefault("run_id", "gpu-check")  # the file's name (set by the tracker otherwise)
-
-                def on_round_end(self, orch, round, metrics):
-                    if round == 1:
+                def on_round_end(self, end):
+                    if end.round == 1:
                         raise _Stop()
 
-            with contextlib.suppress(_Stop):
-                run_cfg(over, callbacks=[checkpoint.CheckpointCallback(folder, 1), Interrupt()])
+            with contextlib.suppress(_Stop):  # run_id: the file's name (the tracker's run otherwise)
+                run_cfg(over, callbacks=[checkpoint.CheckpointCallback(folder, 1, run_id="gpu-check"), Interrupt()])
             files = list(folder.glob("*.pt"))
             if not files:
                 return Outcome(name, FAIL, "the interrupted run left no checkpoint file")
@@ -628,10 +626,10 @@ class Profile(Hooks):
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         self.prof = profile(activities=acts)
 
-    def on_start(self, orch):
+    def on_start(self, start):
         self.prof.start()
 
-    def on_end(self, orch, status):
+    def on_end(self, end):
         self.prof.stop()
 
     def counts(self) -> dict[str, int]:
@@ -775,10 +773,11 @@ class CellTimer(Hooks):
             torch.cuda.synchronize()
         return time.monotonic()
 
-    def on_start(self, orch):
+    def on_start(self, start):
         self.t = self._sync()
 
-    def on_round_end(self, orch, round, metrics):
+    def on_round_end(self, end):
+        metrics = end.metrics
         now = self._sync()
         self.times.append(now - self.t)
         self.clients.append(float(metrics.get("num_participants", 0)))

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from flplat.api import ClientPlan, LocalHook, ServerState, Strategy, register_algorithm
+from flplat.api import ClientPlan, EvalModels, LocalHook, ServerState, Strategy, register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg
 from flplat.maths.losses import task_loss
@@ -84,6 +84,7 @@ class PersonalMixture(LocalHook):
 @register_algorithm
 class APFL(Strategy):
     name = "apfl"
+    eval_models = EvalModels("personal", "global", "the global model w (what a client that never trained uses)")
 
     @dataclass(frozen=True)
     class Config:

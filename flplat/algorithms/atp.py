@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from flplat.api import ServerState, Strategy, derive_seed, register_algorithm
+from flplat.api import EvalModels, ServerState, Strategy, derive_seed, register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg
 
@@ -121,6 +121,7 @@ def _adapt_fn(alpha: torch.Tensor, steps: int):
 @register_algorithm
 class ATP(Strategy):
     name = "atp"
+    eval_models = EvalModels("global", "test_time", "θ adapted to the client's unlabeled data with the learned rates")
     multilabel_unsupported = ("its unsupervised adaptation minimises a softmax entropy over classes (Flux App. F.4 "
                               "omits ATP on CheXpert: 'designed for multi-class classification')")
 

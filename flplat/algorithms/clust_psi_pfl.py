@@ -132,8 +132,10 @@ class ClustPSIPFL(ClusteredStrategy):
             state.clusters = clusters
         return state
 
+    reduces_across_shards = True  # each cluster's sample-weighted mean model is all aggregate reads
+
     def mean_groups(self, state, plans):
-        if type(self).aggregate is not ClustPSIPFL.aggregate:
+        if not self.reduces_across_shards:
             return None
         return [int(state.assignment[k]) for k, _ in plans]
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.api import ServerState, Strategy, register_algorithm
+from flplat.api import EvalModels, ServerState, Strategy, register_algorithm
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import fedavg
 from flplat.maths.creff_features import class_head_gradients, match_features, retrain_head
@@ -49,6 +49,7 @@ def _head_slices(layout) -> tuple[tuple[int, int, tuple], tuple[int, int, tuple]
 @register_algorithm
 class CReFF(Strategy):
     name = "creff"
+    eval_models = EvalModels("global", "global", "the global model with the re-trained classifier")
     multilabel_unsupported = "it re-trains the classifier on per-class federated features (one class per sample)"
 
     @dataclass(frozen=True)

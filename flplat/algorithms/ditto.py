@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.api import ClientPlan, Strategy, register_algorithm
+from flplat.api import ClientPlan, EvalModels, Strategy, register_algorithm
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import fedavg
 
@@ -28,6 +28,7 @@ from flplat.maths.aggregation import fedavg
 @register_algorithm
 class Ditto(Strategy):
     name = "ditto"
+    eval_models = EvalModels("personal", "global", "the global model w (trained by FedAvg)")
 
     @dataclass(frozen=True)
     class Config:

@@ -15,11 +15,8 @@ from flplat.maths.aggregation import fedavg
 @register_algorithm
 class FedAvg(Strategy):
     name = "fedavg"
+    reduces_across_shards = True  # the sample-weighted mean of the round's models is all aggregate reads
 
     def aggregate(self, state, results, ops):
         state.weights = fedavg(results)
         return state
-
-    def mean_groups(self, state, plans):
-        # one group, as long as a subclass has not replaced this aggregate by one that reads individual models
-        return [0] * len(plans) if type(self).aggregate is FedAvg.aggregate else None

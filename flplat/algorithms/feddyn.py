@@ -31,6 +31,8 @@ from flplat.maths.aggregation import stack
 class DynamicRegularizer(LocalHook):
     """−⟨g, θ⟩ + (α/2) ‖θ − c‖² over the parameters, with g and c given as flat vectors."""
 
+    vectorizes = True  # loss is functional_loss
+
     def __init__(self, grad: torch.Tensor, center: torch.Tensor, alpha: float):
         self.grad, self.center, self.alpha = grad, center, alpha
 

@@ -99,12 +99,11 @@ class FedOpt(FedAvg):
     def plan(self, state, client):
         return ClientPlan(weights=state.weights, lr=self.cfg.client_lr)
 
+    reduces_across_shards = True  # the server step reads the round's sample-weighted mean model only
+
     def aggregate(self, state, results, ops):
         state.weights, state.opt = server_opt.step(self.hp, state.opt, state.weights, fedavg(results))
         return state
-
-    def mean_groups(self, state, plans):
-        return [0] * len(plans) if type(self).aggregate is FedOpt.aggregate else None
 
 
 @register_algorithm

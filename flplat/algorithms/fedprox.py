@@ -29,6 +29,8 @@ class CentredHook(LocalHook):
 class ProximalTerm(CentredHook):
     """(μ/2) Σ_l ‖w_l − c_l‖² over the parameters, against a fixed centre ``c`` given as a flat vector."""
 
+    vectorizes = True  # loss is functional_loss
+
     def __init__(self, center: torch.Tensor, mu: float):
         super().__init__(center)
         self.mu = mu

@@ -9,6 +9,13 @@ uniform mean), and each client keeps its head: heads are stored per client as th
 only (``layout.mask("head.")``). A client is evaluated with φ^t and its own head. Normalisation buffers belong to
 the body and are averaged with it.
 
+Unseen clients (Flux's test phase: test-only clients whose labels are never shown) have no head of their own, and
+the paper's answer for a new client (§5: learn a head h on the fixed φ) needs labels. They are scored with the equally
+weighted prediction ensemble of the trained clients' models, (1/|T|) Σ_{k∈T} softmax(h_k(φ(x))), T the training
+clients that have trained: Flux App. F.1's rule for a method without a test-time mechanism, each client a cluster of
+one (``eval_models.unseen = client_ensemble``, logged as ``flplat.eval.unseen_model``). Never with φ and the initial
+head (the head slice of the global vector, which no client trains).
+
 Traffic: the head never leaves its client, so a round counts the body only, both ways (``local_prefixes``:
 ``bytes_down`` = ``bytes_up`` = 4 bytes × the body's entries × the sampled clients).
 """
@@ -19,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.api import ClientPlan, Strategy, register_algorithm
+from flplat.api import ClientPlan, EvalModels, Strategy, register_algorithm
 from flplat.errors import ConfigError
 from flplat.maths.aggregation import stack
 
@@ -27,6 +34,8 @@ from flplat.maths.aggregation import stack
 @register_algorithm
 class FedRep(Strategy):
     name = "fedrep"
+    eval_models = EvalModels("personal", "client_ensemble", "the equally weighted prediction ensemble of the trained "
+                                                            "clients' models (φ with each one's head h_k)")
     local_prefixes = ("head.",)  # h_k stays on client k: only φ travels (bytes_down / bytes_up)
 
     @dataclass(frozen=True)

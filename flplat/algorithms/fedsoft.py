@@ -49,7 +49,15 @@ import numpy as np
 import torch
 
 from flplat.algorithms.fedprox import ProximalTerm
-from flplat.api import ClientPlan, ClusteredStrategy, ServerState, derive_seed, register_algorithm, sample_uniform
+from flplat.api import (
+    ClientPlan,
+    ClusteredStrategy,
+    EvalModels,
+    ServerState,
+    derive_seed,
+    register_algorithm,
+    sample_uniform,
+)
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack
 from flplat.maths.multimodel import losses_fn
@@ -83,6 +91,7 @@ def permuted_init(w: torch.Tensor, layout, rng: np.random.Generator) -> torch.Te
 @register_algorithm
 class FedSoft(ClusteredStrategy):
     name = "fedsoft"
+    eval_models = ClusteredStrategy.eval_models  # eval_model=personal: set in __init__
 
     @dataclass(frozen=True)
     class Config:
@@ -105,6 +114,11 @@ class FedSoft(ClusteredStrategy):
                 raise ConfigError(f"{section}.{key}={getattr(cfg, key)!r} is out of range; allowed: a number >= 0")
         for key, allowed in CHOICES.items():
             param_choice(section, cfg, key, allowed)
+
+    def __init__(self, cfg, info):
+        super().__init__(cfg, info)
+        if cfg.eval_model == "personal":  # a client with a personal model is scored with it
+            self.eval_models = EvalModels("personal", "cluster_ensemble", ClusteredStrategy.eval_models.note)
 
     @property
     def _personal(self) -> bool:

@@ -82,7 +82,7 @@ class FeSEM(ClusteredStrategy):
             state.clusters = random_models(init_weights, self.info.layout, self.cfg.num_clusters, rng)
         return state
 
-    def _fallback(self, state) -> torch.Tensor:
+    def unassigned_weights(self, state) -> torch.Tensor:
         """The model of an unassigned client: the largest cluster's centre (the initial model before any)."""
         if state.clusters is None:
             return state.weights
@@ -90,11 +90,7 @@ class FeSEM(ClusteredStrategy):
         return state.clusters[int(counts.argmax())]
 
     def plan(self, state, client):
-        c = int(state.assignment[client])
-        return ClientPlan(weights=self._fallback(state) if c < 0 else state.clusters[c])
-
-    def eval_weights(self, state, client):
-        return self.plan(state, client).weights
+        return ClientPlan(weights=self.eval_weights(state, client))
 
     def aggregate(self, state, results, ops):
         if not results:

@@ -93,7 +93,15 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from flplat.api import ClientPlan, ClusteredStrategy, ServerState, derive_seed, register_algorithm, true_m
+from flplat.api import (
+    ClientPlan,
+    ClusteredStrategy,
+    EvalModels,
+    ServerState,
+    derive_seed,
+    register_algorithm,
+    true_m,
+)
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import fedavg, fedavg_by_group, stack
 from flplat.maths.clustering import (
@@ -168,9 +176,16 @@ def _descriptor_fn(view, mean, components, num_classes, min_class_samples, epsil
     return flatten(marg, cond)
 
 
+#: Algorithm 2: an unseen client's label-free descriptor d' picks the model of the nearest centroid (Flux-soft: of the
+#: training client with the nearest descriptor); before clustering starts, the global model
+HARD = EvalModels("cluster", "test_time", "the model of the centroid nearest to its label-free descriptor d'")
+SOFT = EvalModels("personal", "test_time", "the model of the training client whose descriptor is nearest to its d'")
+
+
 @register_algorithm
 class Flux(ClusteredStrategy):
     name = "flux"
+    eval_models = HARD
 
     @dataclass(frozen=True)
     class Config:
@@ -251,6 +266,7 @@ class Flux(ClusteredStrategy):
         if cfg.clustering == "kmeans":
             cfg = replace(cfg, num_clusters=true_m(cfg.num_clusters, info, "algorithm.num_clusters"))
         super().__init__(cfg, info)
+        self.eval_models = SOFT if self._soft() else HARD
 
     # ---- state ----------------------------------------------------------------------------------
     def init_state(self, init_weights, rng, ops):
@@ -558,6 +574,7 @@ class FluxSoft(Flux):
     """Flux-soft (App. D.3): descriptor-similarity-weighted soft aggregation instead of hard clusters."""
 
     name = "flux_soft"
+    eval_models = SOFT
 
     @dataclass(frozen=True)
     class Config(Flux.Config):

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.api import ClientPlan, LocalHook, ServerState, Strategy, register_algorithm
+from flplat.api import ClientPlan, EvalModels, LocalHook, ServerState, Strategy, register_algorithm
 from flplat.errors import ConfigError, param_choice
 from flplat.maths.aggregation import stack, weighted_mean
 
@@ -83,6 +83,7 @@ class MoreauEnvelope(LocalHook):
 @register_algorithm
 class PFedMe(Strategy):
     name = "pfedme"
+    eval_models = EvalModels("personal", "global", "the global model w (pFedMe's GM)")
 
     @dataclass(frozen=True)
     class Config:

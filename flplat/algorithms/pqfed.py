@@ -53,7 +53,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from flplat.algorithms import ALGORITHMS
-from flplat.api import ClientPlan, Strategy, register_algorithm
+from flplat.api import ClientPlan, EvalModels, Strategy, register_algorithm
 from flplat.config import namespaced_section
 from flplat.errors import ConfigError, check_choice, check_range
 from flplat.maths import pqfed as pm
@@ -75,6 +75,8 @@ class ProjectAndPerturb:
 @register_algorithm
 class PQFed(Strategy):
     name = "pqfed"
+    # its inner algorithm (fedavg, fedprox, feddyn) has one global model
+    eval_models = EvalModels("global", "global", "the inner federation's global model")
 
     @dataclass(frozen=True)
     class Config:

@@ -12,11 +12,12 @@ rows of all groups are selected with one vectorised gather, each group's model i
 clients' rows in chunks of ``federation.eval_batch_size`` (``index_select`` gathers, several times faster than
 advanced indexing), per-row losses and hits are written into one preallocated buffer, and the per-client sums
 (losses, hits, per-class counts) are a few ``bincount`` calls over all groups at once (:func:`columns_from_rows`).
-Which clients share a model is read from the strategy's structure, never guessed from tensors: a strategy whose
-``eval_weights`` is :meth:`Strategy.eval_weights` (every client: ``state.weights``) or
-:meth:`ClusteredStrategy.eval_weights` (``state.clusters[assignment[k]]``, unassigned clients ``state.weights``).
+Which clients share a model is the strategy's declaration (``eval_models.seen``,
+:class:`~flplat.protocol.strategy.EvalModels`), never guessed from tensors or from which methods a class overrides:
+``global`` (every client: ``global_weights``) or ``cluster`` (``state.clusters[assignment[k]]``, unassigned clients
+``unassigned_weights``).
 
-**Personal models** (strategies that override ``eval_weights``: Ditto, FedRep, APFL, pFedMe, DA-PFL, Local, ...):
+**Personal models** (``eval_models.seen = personal``: Ditto, FedRep, APFL, pFedMe, DA-PFL, Local, ...):
 :meth:`LocalExecutor.evaluate_columns` reads each client's model from the strategy as before and scores them in
 groups with :class:`StackedScorer`: a group's models stacked ``(G, P)`` (into one reused buffer), its clients'
 rows padded to the group's largest client ``(G, W)``, one stacked forward of the shared network
@@ -58,7 +59,7 @@ import torch
 from flplat.maths.losses import hits, task_loss
 from flplat.maths.stacked import StackedForward, probe
 from flplat.protocol.state import ServerState
-from flplat.protocol.strategy import ClusteredStrategy, EvalResult, Strategy
+from flplat.protocol.strategy import EvalResult, Strategy
 
 STACK_BYTES = 128 << 20  # stacked weights of one personal-model evaluation group when federation.eval_group_size=0
 
@@ -158,15 +159,20 @@ def columns_from_rows(clients: np.ndarray, sizes: np.ndarray, owner: torch.Tenso
 
 def shared_model_groups(strategy: Strategy, state: ServerState, num_clients: int
                         ) -> list[tuple[torch.Tensor, np.ndarray]] | None:
-    """``[(weights, clients), ...]`` covering every client when the strategy's ``eval_weights`` is one of the two
-    structural ones (see the module docstring), else None (personal models)."""
-    ev = type(strategy).eval_weights
+    """``[(weights, clients), ...]`` covering every client when the strategy declares shared models
+    (``eval_models.seen``: global | cluster, see the module docstring), else None (personal models)."""
+    seen = strategy.eval_models.seen
     everyone = np.arange(num_clients, dtype=np.int64)
-    if ev is Strategy.eval_weights:
-        return None if state.weights is None else [(state.weights, everyone)]
-    if ev is ClusteredStrategy.eval_weights:
+    if seen == "global":
+        gw = strategy.global_weights(state)
+        if gw is None:
+            raise RuntimeError(f"{type(strategy).__name__} declares eval_models.seen='global' but global_weights() "
+                               "is None")
+        return [(gw, everyone)]
+    if seen == "cluster":
+        rest = strategy.unassigned_weights(state)
         if state.assignment is None:
-            return None if state.weights is None else [(state.weights, everyone)]
+            return None if rest is None else [(rest, everyone)]
         a = np.asarray(state.assignment, dtype=np.int64)[:num_clients]
         if len(a) != num_clients:
             return None
@@ -174,9 +180,9 @@ def shared_model_groups(strategy: Strategy, state: ServerState, num_clients: int
         cut = np.split(order, np.searchsorted(a[order], np.unique(a))[1:]) if num_clients else []
         groups = [(state.clusters[int(a[cl[0]])], cl) for cl in cut if a[cl[0]] >= 0]
         if (a < 0).any():
-            if state.weights is None:
+            if rest is None:
                 return None
-            groups.append((state.weights, np.flatnonzero(a < 0)))
+            groups.append((rest, np.flatnonzero(a < 0)))
         return groups
     return None
 

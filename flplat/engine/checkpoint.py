@@ -10,13 +10,14 @@ A checkpoint taken after round t holds
 * every RNG that drives later rounds: the server generator (client sampling, strategy randomness), torch's and
   numpy's global generators (client training and evaluation derive their seeds from the root seed, round and
   client, so they need nothing),
-* the metric history and the run-level curve state, and the orchestrator's ``meta`` (the MLflow run id, the
-  resolved config).
+* the metric history, the last per-client table, which clients have trained, and the run's ``meta`` (the resolved
+  config, the client-state directory) with the MLflow run id the run was saved under.
 
 Files are written atomically (a temporary file, then ``os.replace``), so a kill during the write leaves the
 previous checkpoint intact. Where they live is the caller's choice (:func:`flplat.tracking.runs.checkpoint_path`:
-beside the MLflow store). :class:`CheckpointCallback` saves one every ``every`` rounds and, when the run is
-interrupted (Ctrl-C / SIGTERM) between rounds, one of the last completed round; a FINISHED run's checkpoint is
+beside the MLflow store). :func:`payload` and :func:`restore` are the round loop's side (it hands a callback the
+payload as ``record.checkpoint()``); :class:`CheckpointCallback` saves one every ``every`` rounds and, when the run
+is interrupted (Ctrl-C / SIGTERM) between rounds, one of the last completed round; a FINISHED run's checkpoint is
 removed unless ``keep``.
 """
 
@@ -24,19 +25,20 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from flplat.engine.orchestrator import Callback, Orchestrator
+from flplat.engine.events import Callback, RoundEnd, RunEnd, RunStart
 
 VERSION = 1
 
 
-def payload(orch: Orchestrator, round: int) -> dict[str, Any]:
-    """The checkpoint of ``orch`` after ``round`` (call between rounds only)."""
+def payload(orch, round: int) -> dict[str, Any]:
+    """The checkpoint of an :class:`~flplat.engine.orchestrator.Orchestrator` after ``round`` (between rounds)."""
     return {
         "version": VERSION,
         "round": int(round),
@@ -47,6 +49,7 @@ def payload(orch: Orchestrator, round: int) -> dict[str, Any]:
         "numpy_rng": np.random.get_state(),
         "history": list(orch.history),
         "client_table": dict(orch.client_table),
+        "trained": orch.trained.copy(),
         "meta": dict(orch.meta),
     }
 
@@ -69,8 +72,9 @@ def load(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def restore(orch: Orchestrator, data: dict[str, Any]) -> int:
-    """Put a checkpoint's state into a freshly built orchestrator (same config); returns its round."""
+def restore(orch, data: dict[str, Any]) -> int:
+    """Put a checkpoint's state into a freshly built orchestrator (same config); returns its round. A checkpoint
+    without the trained clients (an earlier flplat's) counts every client as trained."""
     orch.state = data["state"]
     orch.strategy.load_state_dict(data["strategy"])
     if orch.rng is None:
@@ -80,6 +84,7 @@ def restore(orch: Orchestrator, data: dict[str, Any]) -> int:
     np.random.set_state(data["numpy_rng"])
     orch.history = list(data["history"])
     orch.client_table = dict(data["client_table"])
+    orch.trained = np.asarray(data.get("trained", np.ones_like(orch.trained)), dtype=bool).copy()
     orch.meta.update(data["meta"])
     return int(data["round"])
 
@@ -93,38 +98,43 @@ class CheckpointCallback(Callback):
     """Saves ``<directory>/<run id>.pt`` every ``every`` rounds (and the last round); placed before the tracker
     so a round is checkpointed before it is logged. On KILLED it saves the last completed round when that is
     newer than the last checkpoint; on FINISHED it removes the file unless ``keep``; on FAILED it keeps it
-    (resume after the cause is fixed)."""
+    (resume after the cause is fixed). ``run_id``: the run's id, or a callable giving it once the run exists (the
+    MLflow callback's, which creates the run on start); None: nothing to resume by (tracking off), no file."""
 
-    def __init__(self, directory: str | Path, every: int, keep: bool = False):
+    def __init__(self, directory: str | Path, every: int, keep: bool = False, run_id=None):
         self.directory = Path(directory)
         self.every = int(every)
         self.keep = keep
+        self.run_id = run_id
         self.saved_round = 0
 
-    def path(self, orch: Orchestrator) -> Path | None:
-        """``<directory>/<run id>.pt``; None while the run has no id (tracking off: nothing to resume by)."""
-        run_id = orch.meta.get("run_id")
+    def _id(self) -> str | None:
+        return self.run_id() if callable(self.run_id) else self.run_id
+
+    def path(self) -> Path | None:
+        """``<directory>/<run id>.pt``; None while the run has no id."""
+        run_id = self._id()
         return None if not run_id else self.directory / f"{run_id}.pt"
 
-    def on_start(self, orch: Orchestrator) -> None:
-        self.saved_round = orch.start_round - 1
+    def on_start(self, start: RunStart) -> None:
+        self.saved_round = start.start_round - 1
 
-    def _save(self, orch: Orchestrator, round: int) -> None:
-        path = self.path(orch)
-        if path is not None:
-            save(path, payload(orch, round))
+    def _save(self, make: Callable[[], dict[str, Any]], round: int) -> None:
+        run_id = self._id()
+        if run_id:
+            data = make()
+            save(self.directory / f"{run_id}.pt", {**data, "meta": {**data["meta"], "run_id": run_id}})
             self.saved_round = round
 
-    def on_round_end(self, orch: Orchestrator, round: int, metrics: dict[str, float]) -> None:
-        if self.every > 0 and (round % self.every == 0 or round == orch.rounds):
-            self._save(orch, round)
+    def on_round_end(self, end: RoundEnd) -> None:
+        if self.every > 0 and (end.round % self.every == 0 or end.round == end.rounds):
+            self._save(end.checkpoint, end.round)
 
-    def on_end(self, orch: Orchestrator, status: str) -> None:
-        if status == "FINISHED":
-            path = self.path(orch)
+    def on_end(self, end: RunEnd) -> None:
+        if end.status == "FINISHED":
+            path = self.path()
             if path is not None and not self.keep:
                 path.unlink(missing_ok=True)
-        elif status == "KILLED" and self.every > 0:
-            done = orch.completed_round
-            if done is not None and done > self.saved_round and orch.state is not None:
-                self._save(orch, done)
+        elif end.status == "KILLED" and self.every > 0:
+            if end.completed_round is not None and end.completed_round > self.saved_round and end.checkpoint:
+                self._save(end.checkpoint, end.completed_round)

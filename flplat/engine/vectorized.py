@@ -25,8 +25,9 @@ The two trainers share one client-execution core, so they cannot drift apart:
   its steps; a padded step normalises each client's batch with the statistics of its real samples only (see
   :mod:`flplat.maths.stacked`). The returned weights carry them, as the loop's flat vector does;
 * ``plan.trainable`` (only that part is updated; the rest gets no update and no state);
-* hooks that define :meth:`~flplat.protocol.strategy.LocalHook.functional_loss` (FedProx's proximal term): it is
-  evaluated per client on its slices of the stacked parameters and added to its loss;
+* hooks that declare :attr:`~flplat.protocol.strategy.LocalHook.vectorizes` (FedProx's proximal term): their
+  :meth:`~flplat.protocol.strategy.LocalHook.functional_loss` is evaluated per client on its slices of the stacked
+  parameters and added to its loss;
 * precision: the forward runs under ``fabric.autocast()``. With ``16-mixed`` the loop steps through Fabric's
   gradient scaler, and each client here has its own scale (:class:`~flplat.engine.optim.StackedGradScaler`): its
   loss is scaled by it, its gradients unscaled, a client whose gradients overflow skips that step, and its scale
@@ -41,8 +42,9 @@ the stacked forward computes in float32 where the loop computes in 16 bits (agre
 Not vectorised (the executor trains these clients with the loop and logs why, once): models ``vmap`` cannot run
 (:func:`~flplat.maths.stacked.probe`) or whose normalisation state the stack cannot keep per client
 (:func:`~flplat.maths.stacked.stack_reason`), and plans that need the loop: several local phases (``phases``),
-several steps per batch (``batch_steps``: pFedMe), and hooks that define ``after_step``, ``finalize`` or a ``loss``
-without ``functional_loss``.
+several steps per batch (``batch_steps``: pFedMe), and hooks that do not declare
+:attr:`~flplat.protocol.strategy.LocalHook.vectorizes` (whose effect is more than ``functional_loss``: ``after_step``,
+``finalize``).
 """
 
 from __future__ import annotations
@@ -65,15 +67,8 @@ KEEP_MIB = 512  # federation.vectorize_keep_mib's default
 
 
 def hook_reason(h: LocalHook) -> str | None:
-    """Why hook ``h`` cannot run vectorised, or None."""
-    cls = type(h)
-    if cls.after_step is not LocalHook.after_step:
-        return f"hook {cls.__name__} defines after_step"
-    if cls.finalize is not LocalHook.finalize:
-        return f"hook {cls.__name__} defines finalize"
-    if cls.loss is not LocalHook.loss and cls.functional_loss is LocalHook.functional_loss:
-        return f"hook {cls.__name__} defines loss but no functional_loss"
-    return None
+    """Why hook ``h`` cannot run vectorised (it does not declare :attr:`~LocalHook.vectorizes`), or None."""
+    return None if h.vectorizes else f"hook {type(h).__name__} does not declare vectorizes"
 
 
 class VectorizedTrainer:

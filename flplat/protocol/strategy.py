@@ -11,6 +11,13 @@ The orchestrator owns the one round loop and asks the strategy, each round, to
 3. ``aggregate`` the clients' results into the next :class:`~flplat.protocol.state.ServerState`,
 
 and for evaluation, ``eval_weights`` says which model a client would use (global, its cluster's, its own).
+
+What the engine may rely on is *declared*, never inferred from which methods a class overrides:
+:attr:`Strategy.eval_models` (an :class:`EvalModels`: the model a training client is scored with, and the one an
+unseen client is scored with, or why there is none), :attr:`Strategy.reduces_across_shards` (``aggregate`` needs only
+per-group sample-weighted means, so a sharded round all-reduces them) and :attr:`LocalHook.vectorizes` (the hook's
+whole effect is its ``functional_loss``, so its clients can train vectorised). ``flplat check`` verifies each
+declaration on a tiny federation (:mod:`flplat.studies.declarations`).
 Strategies never load data, pick devices, seed global RNGs or log: they receive a numpy ``Generator`` for
 their randomness and a :class:`FederationOps` handle for client-side computations they need (losses of
 candidate clients, cross-evaluation of models).
@@ -30,9 +37,9 @@ from torch import nn
 from flplat.errors import ConfigError
 from flplat.protocol.state import ParamLayout, ServerState
 
-__all__ = ["TRUE_M", "ClientFn", "ClientPlan", "ClientResult", "ClientView", "ClusteredStrategy", "EvalResult",
-           "FederationInfo", "FederationOps", "HookContext", "LocalHook", "NoConfig", "PersonalizedStrategy",
-           "Strategy", "sample_uniform", "true_m"]
+__all__ = ["SEEN_MODELS", "TRUE_M", "UNSEEN_MODELS", "ClientFn", "ClientPlan", "ClientResult", "ClientView",
+           "ClusteredStrategy", "EvalModels", "EvalResult", "FederationInfo", "FederationOps", "HookContext",
+           "LocalHook", "NoConfig", "PersonalizedStrategy", "Strategy", "sample_uniform", "true_m"]
 
 
 @dataclass
@@ -59,7 +66,21 @@ class LocalHook:
     is that step's batch, for hooks that keep a second model: APFL); ``finalize`` runs once after training and
     returns what the hook sends back besides the weights (merged into ``ClientResult.extra``, e.g. pFedMe's
     local model), or None.
+
+    ``vectorizes`` declares that the hook's whole effect is :meth:`functional_loss` (``loss`` returns the same term,
+    and ``setup`` only prepares it), so its clients can be trained as one stacked group
+    (:mod:`flplat.engine.vectorized`, which calls neither ``loss``, ``after_step`` nor ``finalize``). False (the
+    default): its clients train with the per-client loop, and say so in the log. A class that defines ``loss``,
+    ``functional_loss``, ``after_step`` or ``finalize`` itself does not inherit a True declaration: it states its
+    own. ``flplat check`` compares a declared hook's vectorised clients with the loop's.
     """
+
+    vectorizes: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if "vectorizes" not in vars(cls) and vars(cls).keys() & {"loss", "functional_loss", "after_step", "finalize"}:
+            cls.vectorizes = False
 
     def setup(self, ctx: HookContext) -> None:
         return None
@@ -229,6 +250,38 @@ class NoConfig:
     """An algorithm without hyperparameters of its own."""
 
 
+#: the model a training ("seen") client is scored with: ``global`` -- the strategy's :meth:`~Strategy.global_weights`,
+#: the same for every client; ``cluster`` -- its cluster's, ``state.clusters[state.assignment[k]]`` (a client not
+#: assigned yet: :meth:`ClusteredStrategy.unassigned_weights`); ``personal`` -- its own, :meth:`~Strategy.eval_weights`
+SEEN_MODELS = ("global", "cluster", "personal")
+#: the model an unseen (test-only, unlabeled) client is scored with in the test phase (Flux App. F.1): ``global`` --
+#: :meth:`~Strategy.global_weights`; ``cluster_ensemble`` -- the prediction ensemble Σ_c (n_c / Σ n) f(x; θ_c) of the
+#: cluster models, n_c the training clients of cluster c that have trained (F.1's weighting); ``client_ensemble`` --
+#: the equally weighted prediction ensemble of the models of the training clients that have trained (each its own
+#: cluster of one: F.1's rule for a method without a global or cluster model); ``test_time`` -- the model the method
+#: infers for the client without its labels (:meth:`~Strategy.test_time_weights`: Flux, ATP); ``not_applicable`` --
+#: the method has none (``EvalModels.note`` says why): no test-phase accuracy is reported
+UNSEEN_MODELS = ("global", "cluster_ensemble", "client_ensemble", "test_time", "not_applicable")
+
+
+@dataclass(frozen=True)
+class EvalModels:
+    """Which model a strategy's clients are scored with (:data:`SEEN_MODELS`, :data:`UNSEEN_MODELS`), and in words
+    what it is (``note``: logged with the run as ``flplat.eval.unseen_model``; required for ``not_applicable``)."""
+
+    seen: str = "global"
+    unseen: str = "global"
+    note: str = ""
+
+    def __post_init__(self):
+        if self.seen not in SEEN_MODELS:
+            raise ValueError(f"EvalModels.seen={self.seen!r}; allowed: {', '.join(SEEN_MODELS)}")
+        if self.unseen not in UNSEEN_MODELS:
+            raise ValueError(f"EvalModels.unseen={self.unseen!r}; allowed: {', '.join(UNSEEN_MODELS)}")
+        if self.unseen == "not_applicable" and not self.note:
+            raise ValueError("EvalModels(unseen='not_applicable') needs a note saying why")
+
+
 class Strategy(ABC):
     """Base class: override what differs from FedAvg-style single-model training."""
 
@@ -244,6 +297,27 @@ class Strategy(ABC):
     # the number of clients of the federation this strategy trains, when another method runs it on a subset of the
     # K clients (PQFed's inner federation: the target and its collaborators); None: all K. FedDyn's 1/K reads it.
     population: int | None = None
+    # which model a training client and an unseen client are scored with (see EvalModels); a strategy whose answer
+    # depends on its config sets ``self.eval_models`` in ``__init__``. A class that defines ``eval_weights`` or
+    # ``test_time_weights`` itself without declaring this gets ``seen="personal"`` / ``unseen="test_time"`` (its own
+    # method is then what scores its clients)
+    eval_models: ClassVar[EvalModels] = EvalModels("global", "global", "the global model")
+    # True: ``aggregate`` reads only each group's sample-weighted mean model (:meth:`mean_groups`), so a sharded round
+    # all-reduces those means instead of gathering every client's model. A class that defines ``aggregate`` itself
+    # does not inherit a True declaration: it states its own (``flplat check`` compares both aggregates).
+    reduces_across_shards: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        # a declaration about a method is not inherited by a class that defines that method itself
+        own = vars(cls)
+        if "aggregate" in own and "reduces_across_shards" not in own:
+            cls.reduces_across_shards = False
+        if "eval_models" not in own and own.keys() & {"eval_weights", "test_time_weights"}:
+            d = cls.eval_models
+            cls.eval_models = EvalModels("personal" if "eval_weights" in own else d.seen,
+                                         "test_time" if "test_time_weights" in own else d.unseen,
+                                         "its own eval_weights / test_time_weights (not declared)")
 
     def __init__(self, cfg: Any, info: FederationInfo):
         self.cfg = cfg
@@ -254,7 +328,7 @@ class Strategy(ABC):
     # PQFed's inner strategy, anything set in ``init_state``). The default covers every strategy generically:
     # all instance attributes except the config and the federation info (both rebuilt from the config). Override
     # both only for state that cannot be pickled.
-    _not_checkpointed: ClassVar[tuple[str, ...]] = ("cfg", "info")
+    _not_checkpointed: ClassVar[tuple[str, ...]] = ("cfg", "info", "eval_models")
 
     def state_dict(self) -> dict[str, Any]:
         """The strategy's own state between rounds (pickled into checkpoints with the server state)."""
@@ -297,21 +371,28 @@ class Strategy(ABC):
 
     # ---- evaluation ------------------------------------------------------------------------------
     def mean_groups(self, state: ServerState, plans: Sequence[tuple[int, ClientPlan]]) -> list[int] | None:
-        """Group ids of the planned clients when ``aggregate`` needs only each group's sample-weighted mean model.
+        """Group ids of the planned clients when ``aggregate`` needs only each group's sample-weighted mean model
+        (:attr:`reduces_across_shards`): one group, ``[0, ...]``, by default; a clustered method returns each
+        client's cluster. ``None`` when the strategy does not declare it: ``aggregate`` sees each client's own model.
 
-        Then a sharded executor all-reduces one flattened buffer of per-group weighted sums instead of gathering
-        every client's model, and every result arrives with its group's mean as ``weights`` (so
-        ``fedavg(results)`` of a group is that mean). ``None`` (the default): ``aggregate`` sees each client's
-        own model. Only return groups when nothing in ``aggregate`` reads an individual client's weights.
+        With groups a sharded executor all-reduces one flattened buffer of per-group weighted sums instead of
+        gathering every client's model, and every result arrives with its group's mean as ``weights`` (so
+        ``fedavg(results)`` of a group is that mean).
         """
-        return None
+        return [0] * len(plans) if self.reduces_across_shards else None
 
     def eval_weights(self, state: ServerState, client: int) -> torch.Tensor:
-        """The model client ``client`` would use now."""
+        """The model client ``client`` would use now (with ``eval_models.seen`` = ``global`` or ``cluster``, the
+        declared one: ``flplat check`` compares them)."""
         return state.weights
 
     def global_weights(self, state: ServerState) -> torch.Tensor | None:
         """The single global model, if the method has one (scored on the pooled global test set)."""
+        return state.weights
+
+    def unassigned_weights(self, state: ServerState) -> torch.Tensor | None:
+        """The model of a client not assigned to a cluster (yet), for clustered methods (``state.assignment`` -1):
+        ``state.weights`` by default."""
         return state.weights
 
     def round_metrics(self, state: ServerState) -> dict[str, float]:
@@ -335,16 +416,20 @@ class Strategy(ABC):
     def test_time_weights(self, state: ServerState, ops: FederationOps, clients: Sequence[int]
                           ) -> list[torch.Tensor] | None:
         """The model each unseen (test-only, unlabeled) client would use, inferred without its labels (Flux: the
-        label-free descriptor's nearest centroid; ATP: an adapted model). ``None``: the method has no test-time
-        mechanism, and the orchestrator scores unseen clients with the cluster-size-weighted prediction ensemble
-        of ``state.clusters`` (the global model for single-model methods; Flux App. F.1)."""
+        label-free descriptor's nearest centroid; ATP: an adapted model), for a strategy whose
+        ``eval_models.unseen`` is ``test_time``. ``None``: the method has no test-time mechanism (and declares
+        which other model its unseen clients are scored with)."""
         return None
 
 
 class PersonalizedStrategy(Strategy):
     """Base for methods where every client keeps its own model in ``state.personal`` (a compact
     :class:`~flplat.protocol.state.ClientStore`): each trained model is stored back and each client is scored with its
-    own. There is no single global model."""
+    own. There is no single global model: an unseen client is scored with the prediction ensemble of the trained
+    clients' models (``client_ensemble``)."""
+
+    eval_models = EvalModels("personal", "client_ensemble", "the equally weighted prediction ensemble of the trained "
+                                                            "training clients' own models")
 
     def aggregate(self, state: ServerState, results: list[ClientResult], ops: FederationOps) -> ServerState:
         for r in results:
@@ -360,11 +445,14 @@ class PersonalizedStrategy(Strategy):
 
 class ClusteredStrategy(Strategy):
     """Base for methods with one model per cluster: ``state.clusters`` is ``(tau, P)``, ``state.assignment[k]``
-    the cluster of client k (-1: not assigned yet, such a client uses ``state.weights``)."""
+    the cluster of client k (-1: not assigned yet, such a client uses :meth:`unassigned_weights`)."""
+
+    eval_models = EvalModels("cluster", "cluster_ensemble", "the training-client-weighted prediction ensemble of the "
+                                                            "cluster models (Flux App. F.1)")
 
     def eval_weights(self, state: ServerState, client: int) -> torch.Tensor:
         c = -1 if state.assignment is None else int(state.assignment[client])
-        return state.weights if c < 0 else state.clusters[c]
+        return self.unassigned_weights(state) if c < 0 else state.clusters[c]
 
     def global_weights(self, state: ServerState) -> torch.Tensor | None:
         return None

@@ -22,7 +22,12 @@ samples, 6 clients, an MLP, 3 rounds of 2 local epochs; well under a second per 
   survived, and rounds where every client drops out keep the server's models;
 * ``invalid_config`` -- an unknown ``algorithm.*`` key and a value of the wrong type for the first number / flag
   of the algorithm's ``Config`` end ``flplat run``'s steps (load the config, run it) in a one-line
-  :class:`~flplat.errors.ConfigError` (the CLI's exit 2 with one line), and leave no MLflow run.
+  :class:`~flplat.errors.ConfigError` (the CLI's exit 2 with one line), and leave no MLflow run;
+* ``declarations`` -- ``reduces_across_shards`` holds: aggregating the group means gives the aggregate of the
+  clients' models (:func:`flplat.studies.declarations.check_declarations`);
+* ``evaluation`` -- every client is scored with the model ``eval_models`` declares, none that trained (and no
+  unseen client) with a model no client trained, and a clustered strategy has formed clusters within the check's
+  rounds (:func:`flplat.studies.declarations.check_evaluation`).
 
 The algorithm-specific settings the built-ins need on the tiny federation are :data:`CHECK_OVERRIDES`; a plugin
 gives its own as ``key=value`` overrides (``flplat check myalgo algorithm.k=2``), which come last. The test suite's
@@ -140,16 +145,15 @@ class Target:
         if self._reference is None:
             import torch
 
-            from flplat.engine import checkpoint
-            from flplat.engine.orchestrator import Callback
+            from flplat.engine.events import Callback
 
             saved = io.BytesIO()
             k = self.rounds - 1
 
             class Grab(Callback):
-                def on_round_end(self, orch, round, metrics):
-                    if round == k:
-                        torch.save(checkpoint.payload(orch, round), saved)
+                def on_round_end(self, end):
+                    if end.round == k:
+                        torch.save(end.checkpoint(), saved)
 
             self._reference = _run(self.cfg, callbacks=[Grab()])
             self._checkpoint = saved.getvalue()
@@ -267,7 +271,7 @@ def check_failures(t: Target) -> Result:
     import numpy as np
     import torch
 
-    from flplat.engine.orchestrator import Callback
+    from flplat.engine.events import Callback
 
     failing = ("federation.client_fraction=0.7", "federation.failures.dropout=0.3",
                "federation.failures.straggler=0.3", "federation.failures.corrupt=0.2")
@@ -286,8 +290,8 @@ def check_failures(t: Target) -> Result:
         return None if x is None else x.clone()
 
     class Start(Callback):
-        def on_start(self, orch):
-            start.update(weights=clone(orch.state.weights), clusters=clone(orch.state.clusters))
+        def on_start(self, begin):
+            start.update(weights=clone(begin.state.weights), clusters=clone(begin.state.clusters))
 
     try:
         s = _run(t.config("federation.client_fraction=0.7", "federation.failures.dropout=1.0"), callbacks=[Start()])
@@ -401,6 +405,18 @@ def check_invalid_config(t: Target, workdir: str | None = None) -> Result:
                     return Result("invalid_config", False, f"{bad}: left an MLflow run")
     return Result("invalid_config", True, f"{len(invalid_overrides(t))} bad values refused with one line (exit 2), "
                                           "no MLflow run")
+
+
+def check_declarations(t: Target) -> Result:
+    from flplat.studies import declarations
+
+    return Result("declarations", *declarations.check_declarations(t.cfg))
+
+
+def check_evaluation(t: Target) -> Result:
+    from flplat.studies import declarations
+
+    return Result("evaluation", *declarations.check_evaluation(t.cfg))
 
 
 # ---- properties in other processes ------------------------------------------------------------------------------
@@ -543,6 +559,8 @@ PROPERTIES: dict[str, Callable[[Target], Result]] = {
     "vectorize": check_vectorize,
     "failures": check_failures,
     "invalid_config": check_invalid_config,
+    "declarations": check_declarations,
+    "evaluation": check_evaluation,
 }
 
 

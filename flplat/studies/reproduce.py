@@ -323,4 +323,15 @@ def listing() -> str:
                 waiting.setdefault(why, []).append(cid)
             for why, cids in waiting.items():
                 lines.append(f"    no run for {', '.join(cids)}: {why}")
-    return "\n".join(lines)
+    return "\n".join(lines + _item_checklist())
+
+
+def _item_checklist() -> list[str]:
+    """The papers' numbered items (flplat.studies.papers.items) against the tables defined above."""
+    from flplat.studies.papers.items import coverage_lines, item_lines
+
+    known = {p: {t.id: {c.id for c in t.cells} for t in paper_tables(p)} for p in PAPERS}
+    lines = ["", "numbered items:"]
+    for p in PAPERS:
+        lines += [f"{p}:", *item_lines(p)]
+    return lines + ["", *coverage_lines(known)]

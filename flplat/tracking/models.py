@@ -42,26 +42,25 @@ def _save(client, run_id: str, obj: Any, name: str) -> None:
         client.log_artifact(run_id, str(path), MODEL_DIR)
 
 
-def log_models(client, run_id: str, orch, model_cfg: dict[str, Any], personal: bool = False,
+def log_models(client, run_id: str, report, model_cfg: dict[str, Any], arch: dict[str, Any], personal: bool = False,
                personal_dtype: torch.dtype = torch.float32) -> list[str]:
-    """Log the final models of ``orch`` (an :class:`~flplat.engine.orchestrator.Orchestrator` after its run);
-    returns the artifact paths written."""
-    state, strategy, data = orch.state, orch.strategy, orch.data
-    arch = {"model": dict(model_cfg), "input_shape": list(data.input_shape), "num_classes": int(data.num_classes),
-            "algorithm": type(strategy).__name__}
+    """Log the final models of a run's end-of-run report (:class:`~flplat.engine.events.StrategyReport`); ``arch``:
+    the data's ``input_shape`` and ``num_classes``. Returns the artifact paths written."""
+    arch = {"model": dict(model_cfg), "input_shape": [int(s) for s in arch.get("input_shape", ())],
+            "num_classes": int(arch.get("num_classes", 0)), "algorithm": report.algorithm}
     client.log_text(run_id, OmegaConf.to_yaml(OmegaConf.create(arch)), f"{MODEL_DIR}/model.yaml")
     written = [f"{MODEL_DIR}/model.yaml"]
-    gw = strategy.global_weights(state)
+    gw = report.global_weights
     if gw is not None:
         _save(client, run_id, {"weights": gw.detach().float().cpu()}, "global.pt")
         written.append(f"{MODEL_DIR}/global.pt")
-    if state.clusters is not None:
-        assign = None if state.assignment is None else torch.as_tensor(state.assignment).cpu()
-        _save(client, run_id, {"weights": state.clusters.detach().float().cpu(), "assignment": assign},
+    if report.clusters is not None:
+        assign = None if report.assignment is None else torch.as_tensor(report.assignment).cpu()
+        _save(client, run_id, {"weights": report.clusters.detach().float().cpu(), "assignment": assign},
               "clusters.pt")
         written.append(f"{MODEL_DIR}/clusters.pt")
     if personal:
-        rows = [strategy.eval_weights(state, k).detach().cpu().to(personal_dtype) for k in range(data.num_clients)]
+        rows = [report.client_model(k).detach().cpu().to(personal_dtype) for k in range(report.num_clients)]
         _save(client, run_id, {"weights": torch.stack(rows)}, "personal.pt")
         written.append(f"{MODEL_DIR}/personal.pt")
     return written

@@ -1,4 +1,5 @@
-"""MLflow tracking as an orchestrator callback: one run per experiment, one metric batch per round.
+"""MLflow tracking as a round-loop callback: one run per experiment, one metric batch per round, from the loop's
+records (:mod:`flplat.engine.events`).
 
 Store: :mod:`flplat.tracking.store` (``tracking.uri``, ``$MLFLOW_TRACKING_URI`` or a SQLite database in
 ``tracking.store_dir``; ``flplat ui`` opens it).
@@ -8,7 +9,9 @@ Logged: params = the resolved config (dotted keys); run-level partition metrics 
 ``emd_to_global`` (:func:`flplat.metrics.noniid.noniid_summary`); per round (step = round) every metric the
 orchestrator reports (``global_accuracy``, ``ad``, ``sdad``, ``train_loss``, ``round_time_s``, ``bytes_up``,
 ``bytes_down``, ...); artifacts: the resolved ``config.yaml``, per-client label counts, the final per-client
-accuracies (CSV) and plots, and the final models (:mod:`flplat.tracking.models`). Per round also the process's
+accuracies (CSV) and plots, and the final models (:mod:`flplat.tracking.models`); tags say which model scored
+the training and the unseen clients (``flplat.eval.seen_model``, ``flplat.eval.unseen_model``). Per round also the
+process's
 ``cpu_time_s`` and ``peak_rss_mb`` (:class:`~flplat.tracking.meta.ResourceMeter`) and, with psutil installed,
 MLflow's ``system/*`` metrics. Runs are named and tagged by what ran, in model-training experiments
 (:mod:`flplat.tracking.meta`).
@@ -31,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flplat.engine.orchestrator import Callback, Orchestrator
+from flplat.engine.events import Callback, RoundEnd, RunEnd, RunStart
 from flplat.tracking.heartbeat import (  # noqa: F401  (re-exported)
     HEARTBEAT_INTERVAL_TAG,
     HEARTBEAT_TAG,
@@ -116,7 +119,8 @@ class MlflowCallback(Callback):
     """Creates the run on start, logs a metric batch per round, artifacts and the final status on end."""
 
     def __init__(self, tracking_cfg, params: dict[str, Any], config_yaml: str, run_metrics: dict[str, float],
-                 label_counts: np.ndarray, client_meta: dict[str, np.ndarray] | None = None):
+                 label_counts: np.ndarray, client_meta: dict[str, np.ndarray] | None = None,
+                 arch: dict[str, Any] | None = None):
         import mlflow  # noqa: F401  (import cost only when tracking is on)
 
         self.cfg = tracking_cfg
@@ -129,6 +133,7 @@ class MlflowCallback(Callback):
         self.run_metrics = run_metrics
         self.label_counts = label_counts
         self.client_meta = client_meta or {}
+        self.arch = arch or {}  # what rebuilds the network besides the model section: input_shape, num_classes
         self.run_id: str | None = None
         self.resume_run_id: str | None = None  # set: continue this run (flplat run --resume)
         self.extra_tags: dict[str, str] = {}  # tags of a new run (its config hash, the runs it replaces)
@@ -137,22 +142,21 @@ class MlflowCallback(Callback):
         self.monitor = None
 
     # ------------------------------------------------------------------------------------------------
-    def on_start(self, orch: Orchestrator) -> None:
+    def on_start(self, start: RunStart) -> None:
         # opened here, after the strategy's init_state: an input error found there (a ConfigError: one line, exit 2)
         # leaves no store, experiment or run behind, like one found while the run is prepared
         self.client = open_client(self.uri)
         self.experiment_id = ensure_experiment(self.client, self.cfg.experiment, self.artifact_location)
         self.meter = ResourceMeter()
         if self.resume_run_id:
-            self._resume(orch)
+            self._resume(start)
         else:
-            self._create(orch)
-        orch.meta["run_id"] = self.run_id
+            self._create(start)
         self.heartbeat = Heartbeat(self.client, [self.run_id, self.cfg.parent_run_id], float(self.cfg.heartbeat_s),
                                    config_stale_after_s(self.cfg))
         self.heartbeat.start()
 
-    def _resume(self, orch: Orchestrator) -> None:
+    def _resume(self, start: RunStart) -> None:
         """Reopen the run: RUNNING again, log the checkpoint's rounds the store lacks (a kill between the
         checkpoint and the logging), and skip later rounds it already has (``checkpoint_every`` > 1)."""
         from mlflow.entities import Metric
@@ -162,17 +166,17 @@ class MlflowCallback(Callback):
         steps = [m.step for m in self.client.get_metric_history(self.run_id, "train_loss")]
         self.logged_up_to = max(steps, default=0)
         ts = int(time.time() * 1000)
-        for t, metrics in enumerate(orch.history, start=1):
+        for t, metrics in enumerate(start.history, start=1):
             if t > self.logged_up_to:
                 merged = {**self.run_metrics, **metrics}
                 self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), ts, t) for k, v in merged.items()
                                                             if np.isfinite(v)])
-        self.logged_up_to = max(self.logged_up_to, len(orch.history))
+        self.logged_up_to = max(self.logged_up_to, len(start.history))
         tags = self.client.get_run(self.run_id).data.tags
         n = int(tags.get("flplat.resumed", "0"))
         self.client.set_tag(self.run_id, "flplat.resumed", str(n + 1))
         self._mark_mixed(tags)
-        self.client.set_tag(self.run_id, f"flplat.resumed_{n + 1}_at_round", str(orch.start_round - 1))
+        self.client.set_tag(self.run_id, f"flplat.resumed_{n + 1}_at_round", str(start.start_round - 1))
         for key in (OWNER_TAG, "flplat.processes"):  # who runs it now (a retried task finds it by this), in how many
             if key in self.extra_tags:                 # processes (flplat.experiment.run)
                 self.client.set_tag(self.run_id, key, self.extra_tags[key])
@@ -193,7 +197,7 @@ class MlflowCallback(Callback):
         self.client.set_tag(self.run_id, CODE_TAG, MIXED)
         self.client.set_tag(self.run_id, f"{CODE_TAG}.resumed_by", now.key)
 
-    def _create(self, orch: Orchestrator) -> None:
+    def _create(self, start: RunStart) -> None:
         from mlflow.entities import Metric, Param
 
         tags = {**run_tags(self.params), **self.extra_tags}
@@ -202,10 +206,9 @@ class MlflowCallback(Callback):
             tags["flplat.unused_keys"] = ", ".join(unused)[:5000]
         if self.cfg.parent_run_id:
             tags["mlflow.parentRunId"] = self.cfg.parent_run_id
-        if orch.meta.get("client_state_dir"):
-            tags["flplat.client_state_dir"] = str(orch.meta["client_state_dir"])
-        if "test_phase" in orch.data.meta:  # e.g. P(Y|X) shift: no test-phase accuracy is reported, and why
-            tags["test_phase"] = str(orch.data.meta["test_phase"])
+        if start.meta.get("client_state_dir"):
+            tags["flplat.client_state_dir"] = str(start.meta["client_state_dir"])
+        tags.update(start.tags)  # which models scored the clients; a shift without a test phase says why
         run = self.client.create_run(self.experiment_id, run_name=self.cfg.run_name or run_name(self.params),
                                      tags=tags)
         self.run_id = run.info.run_id
@@ -220,9 +223,10 @@ class MlflowCallback(Callback):
         counts.update({f"class_{c}": self.label_counts[:, c] for c in range(self.label_counts.shape[1])})
         self.client.log_text(self.run_id, _csv(counts), "partition/label_counts.csv")
 
-    def on_round_end(self, orch: Orchestrator, round: int, metrics: dict[str, float]) -> None:
+    def on_round_end(self, end: RoundEnd) -> None:
         from mlflow.entities import Metric
 
+        round, metrics = end.round, end.metrics
         if round <= self.logged_up_to:  # resumed: this round is in the store already (same values)
             return
         ts = int(time.time() * 1000)
@@ -237,13 +241,14 @@ class MlflowCallback(Callback):
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
             raise TrackingStoreError(f"tracking store {self.uri} failed at round {round}: {first}") from None
 
-    def on_end(self, orch: Orchestrator, status: str) -> None:
+    def on_end(self, end: RunEnd) -> None:
+        status = end.status
         if self.heartbeat is not None:
             self.heartbeat.stop()
         if self.run_id is None:
             return
         try:
-            self._finish(orch, status)
+            self._finish(end)
         except Exception:
             if status != "FAILED":
                 raise
@@ -251,37 +256,38 @@ class MlflowCallback(Callback):
             if self.monitor is not None:
                 self.monitor.finish()
             try:
-                if status == "FAILED" and orch.meta.get("error"):
-                    self.client.set_tag(self.run_id, "flplat.error", str(orch.meta["error"]))
+                if status == "FAILED" and end.error:
+                    self.client.set_tag(self.run_id, "flplat.error", str(end.error))
                 self.client.set_terminated(self.run_id, status)
             except Exception:  # a broken store: the run stays RUNNING there; `flplat runs --stale` finds it
                 if status != "FAILED":
                     raise
 
-    def _finish(self, orch: Orchestrator, status: str) -> None:
+    def _finish(self, end: RunEnd) -> None:
         """Final metrics, series, artifacts and plots."""
-        final = {k: v for k, v in orch.final_metrics.items() if np.isfinite(v)}
+        final = {k: v for k, v in end.final.items() if np.isfinite(v)}
         if final:  # run-level summaries (best / windowed accuracy, last-rounds means, rounds to target)
             from mlflow.entities import Metric
 
-            ts, step = int(time.time() * 1000), len(orch.history)
+            ts, step = int(time.time() * 1000), len(end.history)
             self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), ts, step) for k, v in final.items()])
-            self._series(orch.final_series)
-        if orch.client_table:
-            self.client.log_text(self.run_id, _csv(orch.client_table), "clients/final_client_metrics.csv")
-        if orch.state is not None:
-            for path, text in orch.strategy.artifacts(orch.state).items():
+            self._series(end.series)
+        if end.client_table:
+            self.client.log_text(self.run_id, _csv(end.client_table), "clients/final_client_metrics.csv")
+        report = end.report
+        if report is not None:
+            for path, text in report.artifacts.items():
                 self.client.log_text(self.run_id, text, path)
-            self._series(orch.strategy.series(orch.state))
+            self._series(report.series)
             if self.cfg.plots:
-                self._scatter(orch.strategy.scatter(orch.state))
-        if self.cfg.plots and orch.history:
-            self._plots(orch)
-        if status == "FINISHED" and self.cfg.log_models and orch.state is not None:
+                self._scatter(report.scatter)
+        if self.cfg.plots and end.history:
+            self._plots(end)
+        if end.status == "FINISHED" and self.cfg.log_models and report is not None:
             from flplat.tracking.models import log_models
 
             model_cfg = {k[len("model."):]: v for k, v in self.params.items() if k.startswith("model.")}
-            log_models(self.client, self.run_id, orch, model_cfg, bool(self.cfg.log_personal_models),
+            log_models(self.client, self.run_id, report, model_cfg, self.arch, bool(self.cfg.log_personal_models),
                        getattr(torch, str(self.params.get("federation.client_state_dtype", "float32"))))
 
     def _series(self, series: dict[str, list[tuple[int, float]]]) -> None:
@@ -316,12 +322,12 @@ class MlflowCallback(Callback):
             self.client.log_figure(self.run_id, fig, f"plots/{name}.png")
             plt.close(fig)
 
-    def _plots(self, orch: Orchestrator) -> None:
+    def _plots(self, end: RunEnd) -> None:
         from flplat.metrics.evaluation import ecdf
 
         plt = _pyplot()
 
-        acc = orch.client_table.get("accuracy")
+        acc = end.client_table.get("accuracy")
         if acc is not None and np.isfinite(acc).any():
             x, f = ecdf(acc[np.isfinite(acc)])
             fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -331,10 +337,10 @@ class MlflowCallback(Callback):
             ax.grid(alpha=0.3)
             self.client.log_figure(self.run_id, fig, "plots/local_accuracy_ecdf.png")
             plt.close(fig)
-        rounds = [i + 1 for i, m in enumerate(orch.history) if "global_accuracy" in m]
+        rounds = [i + 1 for i, m in enumerate(end.history) if "global_accuracy" in m]
         if rounds:
             fig, ax = plt.subplots(figsize=(5, 3.5))
-            ax.plot(rounds, [orch.history[r - 1]["global_accuracy"] for r in rounds], marker="o", ms=3)
+            ax.plot(rounds, [end.history[r - 1]["global_accuracy"] for r in rounds], marker="o", ms=3)
             ax.set(xlabel="round", ylabel="global accuracy", title="global accuracy per round")
             ax.grid(alpha=0.3)
             self.client.log_figure(self.run_id, fig, "plots/global_accuracy.png")

@@ -16,30 +16,32 @@ import sys
 
 import torch
 
-from flplat.engine.orchestrator import Callback
-from flplat.experiment import load_config, run
+from flplat.engine.events import Callback
+from flplat.experiment import load_config, prepare, run
 from flplat.maths.dapfl_affinity import dynamic_weights, pairwise_distances
 
 
 class Probe(Callback):
-    def __init__(self, every: int, out):
-        self.every, self.out = every, out
+    """``algo``: the run's DA-PFL config (its distance power, σ, ε); ``mask``: the model's parameters in the flat
+    layout (the distances leave normalisation buffers out, as DA-PFL does)."""
 
-    def on_round_end(self, orch, round, metrics):
+    def __init__(self, every: int, out, algo, mask: torch.Tensor):
+        self.every, self.out, self.cfg, self.mask = every, out, algo, mask
+
+    def on_round_end(self, end):
+        round, metrics, st, cfg = end.round, end.metrics, end.state, self.cfg
         if round % self.every:
             return
-        s, st = orch.strategy, orch.state
         part = st.extra["participants"].numpy()
         w = torch.stack([st.personal.get(int(k)) for k in part]).double()
-        mask = s.info.layout.mask("", params_only=True)
-        d = pairwise_distances(w[:, mask], s.cfg.distance_power)
+        d = pairwise_distances(w[:, self.mask], cfg.distance_power)
         c = st.extra["affinity"][part][:, part]
-        full = dynamic_weights(c, d, s.cfg.sigma, s.cfg.eps)
+        full = dynamic_weights(c, d, cfg.sigma, cfg.eps)
         v2 = dynamic_weights(c, None)
         m = len(part)
         v1 = (1 - torch.eye(m, dtype=torch.float64)) / (m - 1)
         off = ~torch.eye(m, dtype=torch.bool)
-        fac = 1 - torch.exp(-(d + s.cfg.eps) / s.cfg.sigma)
+        fac = 1 - torch.exp(-(d + cfg.eps) / cfg.sigma)
         wg = full @ w
         rec = {"round": round, "acc": metrics.get("mean_local_accuracy"),
                "d_median": float(d[off].median()), "d_min": float(d[off].min()), "d_max": float(d[off].max()),
@@ -59,8 +61,11 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    cfg = load_config(a.config, [*a.set, "tracking.enabled=false"])
+    strategy = prepare(cfg).strategy  # its config (defaults filled in) and the model's flat layout
     with open(a.out, "w") as f:
-        run(load_config(a.config, [*a.set, "tracking.enabled=false"]), callbacks=[Probe(a.every, f)], progress=False)
+        run(cfg, callbacks=[Probe(a.every, f, strategy.cfg, strategy.info.layout.mask("", params_only=True))],
+            progress=False)
     return 0
 
 

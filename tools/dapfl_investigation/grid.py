@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from flplat.engine.orchestrator import Callback
+from flplat.engine.events import Callback
 from flplat.experiment import load_config, run
 
 
@@ -26,7 +26,8 @@ class Curve(Callback):
     def __init__(self):
         self.acc, self.alpha = [], []
 
-    def on_round_end(self, orch, round, metrics):
+    def on_round_end(self, end):
+        metrics = end.metrics
         self.acc.append(metrics.get("mean_local_accuracy"))
         if "dapfl_alpha_max" in metrics:
             self.alpha.append(metrics["dapfl_alpha_max"])

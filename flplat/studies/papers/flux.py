@@ -67,6 +67,33 @@ COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, t
               focus=["Flux", GUARDED, "Flux-prior"])
 
 
+UNSEEN_WORDS = {"global": "the global model", "cluster_ensemble": "the ensemble of the cluster models weighted by "
+                "their training clients (App. F.1)", "client_ensemble": "the equally weighted ensemble of the trained "
+                "clients' models", "test_time": "the model inferred at test time from their unlabeled data"}
+
+
+def unseen_models(methods) -> str:
+    """Which model scores each method's unseen clients in the test phase: what its algorithm declares
+    (``eval_models.unseen``, :class:`flplat.protocol.strategy.EvalModels`; logged on each run as
+    ``flplat.eval.unseen_model``), in one sentence for the test-phase tables' headers."""
+    from flplat.algorithms import ALGORITHMS
+
+    groups: dict[str, list[str]] = {}
+    for m in methods:
+        algo = next((o.split("=", 1)[1] for o in m.overrides if o.startswith("algorithm.name=")), None)
+        d = ALGORITHMS[algo].eval_models if algo in ALGORITHMS else None
+        if d is not None:
+            words = f"not applicable ({d.note})" if d.unseen == "not_applicable" else UNSEEN_WORDS[d.unseen]
+            groups.setdefault(words, []).append(m.name)
+    return ("Unseen clients are scored with the model each method declares: " +
+            "; ".join(f"{', '.join(names)}: {words}" for words, names in groups.items()) + ".")
+
+
+def with_unseen(notes: dict[str, str], methods) -> dict[str, str]:
+    """``notes`` with the :func:`unseen_models` sentence after each scale's."""
+    return {scale: f"{note.rstrip('.')}. {unseen_models(methods)}" for scale, note in notes.items()}
+
+
 # App. F.1: "We did not evaluate the performance of test phase on P(Y|X) concept shift, as this problem is unsolvable
 # without access to labels"; no method logs a test-phase accuracy there
 NO_TEST_PHASE = ("P(Y|X) has no test phase, its unseen clients' labels would be needed (App. F.1: \"We did not "
@@ -102,7 +129,7 @@ TABLES = [
           metric="known_association_accuracy", **COMMON),
     Table("test_phase", "Flux App. F.1 (MNIST): test-phase accuracy (unseen, unlabeled clients)", CELLS, METHODS,
           metric="test_phase_accuracy", undefined={c.id: NO_TEST_PHASE for c in CELLS if c.id.startswith("concept_yx")},
-          **COMMON),
+          **{**COMMON, "notes": with_unseen(NOTES, METHODS)}),
     Table("ari", "Flux (MNIST): ARI of the clustering against the true distribution ids", CELLS, CLUSTERED,
           metric="ari", reference=None, figure=_ari_figure, **{**COMMON, "scale_factor": 1.0, "tie": 0.05}),
     Table("tau", "Flux (MNIST): τ, the number of clusters each clustered method ends with, and the true M", CELLS,
@@ -133,7 +160,8 @@ def _image_tables(d: str) -> list[Table]:
               metric="known_association_accuracy", **common),
         Table(f"test_phase_{d}", f"Flux App. F.1 ({name}): test-phase accuracy (unseen, unlabeled clients)", cells,
               METHODS, metric="test_phase_accuracy",
-              undefined={c.id: NO_TEST_PHASE for c in cells if c.id.startswith("concept_yx")}, **common),
+              undefined={c.id: NO_TEST_PHASE for c in cells if c.id.startswith("concept_yx")},
+              **{**common, "notes": with_unseen(notes, METHODS)}),
         Table(f"ari_{d}", f"Flux ({name}): ARI of the clustering against the true distribution ids", cells, CLUSTERED,
               metric="ari", reference=None, figure=lambda ctx, name=name: plot_cells(
                   ctx.ours, f"Flux: ARI against the true distributions ({name}, scale {ctx.scale})", "ARI", ctx.path),
@@ -180,12 +208,14 @@ TABLES += [
     Table("chexpert_known_association", "Flux App. F.4 / Table 59 (CheXpert): macro ROC AUC with known association, "
           "three non-IID levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="known_association_auroc", **CHEXPERT),
     Table("chexpert_test_phase", "Flux App. F.4 / Table 59 (CheXpert): macro ROC AUC in the test phase, three non-IID "
-          "levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="test_phase_auroc", **CHEXPERT),
+          "levels", CHEXPERT_CELLS, CHEXPERT_METHODS, metric="test_phase_auroc",
+          **{**CHEXPERT, "notes": with_unseen(CHEXPERT_NOTES, CHEXPERT_METHODS)}),
     Table("officehome_known_association", "Flux Table 1 (Office-Home): accuracy with known association, its four "
           "domains as the distributions", OFFICEHOME_CELLS, METHODS, metric="known_association_accuracy",
           **OFFICEHOME),
     Table("officehome_test_phase", "Flux Table 1 (Office-Home): test-phase accuracy, its four domains as the "
-          "distributions", OFFICEHOME_CELLS, METHODS, metric="test_phase_accuracy", **OFFICEHOME),
+          "distributions", OFFICEHOME_CELLS, METHODS, metric="test_phase_accuracy",
+          **{**OFFICEHOME, "notes": with_unseen(OFFICEHOME_NOTES, METHODS)}),
 ]
 
 # ------------------------------------------------- the means: Tables 10/11, 20/21, 30/31, 40/41, Figs. 4, 12, Table 1

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from flplat.studies.reproduction.grid import Table, select
-from flplat.studies.reproduction.store import FAILED, INCOMPLETE, NO_CLUSTERS, NO_VALUE
+from flplat.studies.reproduction.store import FAILED, INCOMPLETE, NO_BUCKET, NO_CLUSTERS, NO_VALUE
 from flplat.studies.reproduction.values import paper_value
 
 # why a seed of a row has no value, by the prefix of its reason: the word the row and its note use
 KINDS = ((FAILED, "failed"), (NO_CLUSTERS, NO_CLUSTERS[:-2]), (NO_VALUE, NO_VALUE[:-2]), (INCOMPLETE, "incomplete"),
-         ("", "skipped"))
+         *((p, p[:-2]) for p in NO_BUCKET.values()), ("", "skipped"))
 
 
 def _sign(x: float, tie: float) -> int:

@@ -27,6 +27,8 @@ FAILED = "failed: "  # the reason of a job whose run ended with an error (e.g. d
 # (no tau / ari logged), or any other metric the run did not log
 NO_CLUSTERS = "finished, clustering never started: "
 NO_VALUE = "finished without a value: "
+# a Few / Medium / Many class accuracy (DA-PFL Table IV) of a run in which no client's class fell in that bucket
+NO_BUCKET = {b: f"no {b.capitalize()} classes: " for b in ("few", "medium", "many")}
 # the reason of a derived cell's seed without a mean: some of its parts have no value (reproduction.derived)
 INCOMPLETE = "incomplete: "
 CLUSTERING_METRICS = ("tau", "ari")
@@ -246,6 +248,12 @@ class Store:
         name = metric.partition("@")[0]
         rounds = params.get("federation.rounds", "?")
         started = metrics.get("clustering_started")
+        bucket = name.removeprefix("acc_").partition("_")[0] if name.startswith("acc_") else ""
+        if bucket in NO_BUCKET:
+            edges = params.get("metrics.class_bucket_edges", "[30.0, 80.0]")
+            return (f"{NO_BUCKET[bucket]}the run finished after {rounds} rounds and no client's test classes fell in "
+                    f"the {bucket.capitalize()} bucket by their training counts (metrics.class_bucket_edges={edges}: "
+                    "Few < a <= Medium <= b < Many)")
         if name not in CLUSTERING_METRICS:
             return f"{NO_VALUE}the run finished after {rounds} rounds without logging {name}"
         why = [f"the run finished after {rounds} rounds without logging {name}"]

@@ -32,6 +32,8 @@ def trimmed_mean(stack: torch.Tensor, beta: float) -> torch.Tensor:
 class Proximal(LocalHook):
     """(μ/2)‖w − c‖² over the parameters, c the received global model (a flat vector)."""
 
+    vectorizes = True  # its whole effect is functional_loss: clients with it can train as one stacked group
+
     def __init__(self, center: torch.Tensor, mu: float):
         self.center, self.mu = center, mu
 
