@@ -1,8 +1,8 @@
 """Clust-PSI-PFL (seed 000): Table III (global test accuracy) and Table IV (AD; lower is better), K = 100, one block
 per dataset of Table I (``table3`` / ``table4``: FMNIST; ``table3_<data>`` / ``table4_<data>``: ACSIncome, Serengeti,
-CIFAR-10, Sent140, Amazon reviews, each with the paper's model of §IV-A-d, tools/make_paper_configs.py), every
-Table II method (the Table II best hyperparameters are the algorithms' defaults), CL (centralised
-training) as the reference line of the paper's table.
+CIFAR-10, Sent140, Amazon reviews, each with the paper's model of §IV-A-d,
+tools/generators/make_paper_configs.py), every Table II method (the Table II best hyperparameters are the algorithms'
+defaults), CL (centralised training) as the reference line of the paper's table.
 
 Reduced scale (the CPU reduction of docs/results_earlier.md, Run B): the ``mlp`` (128-64) instead of the light
 CNN (one CNN round took 86-145 s here), T = 20 rounds instead of 40, E = 5, evaluation every 5 rounds.
@@ -231,8 +231,7 @@ def _fig5_acs(ctx):
 def _fig8(ctx, data: str = "ACSIncome"):
     """Fig. 8: the ECDF of the clients' local test accuracies (first seed's run), one panel per setting, K = 100."""
     import csv
-    import tempfile
-    from pathlib import Path
+    import io
 
     import matplotlib
 
@@ -249,25 +248,20 @@ def _fig8(ctx, data: str = "ACSIncome"):
     rows = (len(cells) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(max(7.0, 5 * cols), 3.6 * rows + 0.4), squeeze=False)
     drawn = False
-    with tempfile.TemporaryDirectory() as tmp:
-        for ax, c in zip(axes.flat, cells):
-            for (cc, m), ids in ctx.runs.items():
-                if cc != c or not ids:
-                    continue
-                try:
-                    path = ctx.client.download_artifacts(ids[0], "clients/final_client_metrics.csv", tmp)
-                except Exception:  # noqa: BLE001 - a run without the table (tracking of an older version)
-                    continue
-                with open(Path(path), newline="") as fh:
-                    acc = np.array([float(r["accuracy"]) for r in csv.DictReader(fh) if r.get("accuracy")])
-                acc = acc[np.isfinite(acc)]
-                if acc.size:
-                    x, f = ecdf(acc)
-                    ax.step(x, f, where="post", label=m, lw=1.1)
-                    drawn = True
-            ax.set(title=c, xlabel="local test accuracy", ylabel="ECDF", xlim=(0, 1))
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
+    for ax, c in zip(axes.flat, cells):
+        for (cc, m), ids in ctx.runs.items():
+            text = ctx.artifact(ids[0], "clients/final_client_metrics.csv") if cc == c and ids else None
+            if text is None:  # another cell, or a run without the table (tracking of an older version)
+                continue
+            acc = np.array([float(r["accuracy"]) for r in csv.DictReader(io.StringIO(text)) if r.get("accuracy")])
+            acc = acc[np.isfinite(acc)]
+            if acc.size:
+                x, f = ecdf(acc)
+                ax.step(x, f, where="post", label=m, lw=1.1)
+                drawn = True
+        ax.set(title=c, xlabel="local test accuracy", ylabel="ECDF", xlim=(0, 1))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(cells):]:
         ax.set_visible(False)
     if drawn:

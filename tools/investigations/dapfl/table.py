@@ -1,6 +1,6 @@
 """Mean ± std over seeds of the last-10-round mean personalised accuracy, per (cell, method), from grid.py's JSONL
 files, with the mean (over seeds) first round whose accuracy reaches 80 % / 90 % (Table VI's C_acc; "—" when a
-seed never reaches it):  python tools/dapfl_investigation/table.py docs/results/dapfl/investigation/*.jsonl"""
+seed never reaches it):  python tools/investigations/dapfl/table.py docs/results/dapfl/investigation/*.jsonl"""
 
 from __future__ import annotations
 

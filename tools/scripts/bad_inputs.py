@@ -1,7 +1,7 @@
 """The bad-input battery of issue 13 (item 6): run each bad input through the `flplat` command and print a table.
 
-    python tools/bad_inputs.py            # every case
-    python tools/bad_inputs.py -k tune    # the cases whose name contains "tune"
+    python tools/scripts/bad_inputs.py            # every case
+    python tools/scripts/bad_inputs.py -k tune    # the cases whose name contains "tune"
 
 Each case runs in a fresh temporary directory with its own tracking store. The expected outcome of a bad input:
 exit status 2, exactly one line on stderr (``flplat: error: ...`` naming the key and the allowed values) and no
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QS = str(REPO / "configs" / "quickstart.yaml")
 FAST = ["federation.rounds=1", "fabric.num_threads=1", "tracking.plots=false"]
 

@@ -4,7 +4,7 @@ Every --every rounds, for that round's participants and their current personalis
 distances d_ij, the dynamic factor 1 − exp(−(d_ij + ε)/σ), and the row-wise L1 distance between DA-PFL's α (Eqs.
 7–8), V2's α (affinity only) and V1's uniform α; also ‖w_i − w_i^g‖ against ‖w_i‖. One JSON line per round.
 
-  python tools/dapfl_investigation/diagnose.py configs/dapfl/digits_k20_a1.0.yaml --out diag.jsonl \
+  python tools/investigations/dapfl/diagnose.py configs/dapfl/digits_k20_a1.0.yaml --out diag.jsonl \
       --set fabric.num_threads=1 algorithm.name=dapfl algorithm.lam=1.0
 """
 

@@ -5,14 +5,14 @@ descriptors, their train sizes, the scaler and their true distribution ids (``--
 clusters the same descriptors with the knee alone and with the noise guard and prints τ / ARI per cell and the number
 of cells with ARI >= 0.9 per seed.
 
-    python tools/flux_knee_rules.py --scale reduced --seeds 0,1,2
-    python tools/flux_knee_rules.py --scale paper --seeds 0 --ratios 1.1,1.2,1.3
+    python tools/investigations/flux_knee_rules.py --scale reduced --seeds 0,1,2
+    python tools/investigations/flux_knee_rules.py --scale paper --seeds 0 --ratios 1.1,1.2,1.3
 
 ``--config FILE [--set KEY=VALUE ...]`` captures one run of any Flux config instead and also clusters parts of the
 descriptor (the full descriptor, its label-free part d' = [μ_x, σ_x]) with the knee, the guard and K-means with the
 true M — the 1,200-client analysis of docs/flux_clustering.md:
 
-    python tools/flux_knee_rules.py --config configs/flux/scalability_1200.yaml \
+    python tools/investigations/flux_knee_rules.py --config configs/flux/scalability_1200.yaml \
         --set partition.train_copies=8 federation.optimizer.lr=0.03 --seeds 0
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -35,8 +36,8 @@ class _Stop(Exception):
 
 def cell_config(cell: str, scale: str) -> tuple[str, list[str]]:
     """(config path, overrides) of a Table 1 MNIST cell at ``scale``."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return os.path.join(here, f"configs/flux/table1/mnist_{cell}.yaml"), (REDUCED if scale == "reduced" else [])
+    here = Path(__file__).resolve().parents[2]  # the checkout
+    return str(here / f"configs/flux/table1/mnist_{cell}.yaml"), (REDUCED if scale == "reduced" else [])
 
 
 def capture(path: str, overrides: list[str], seed: int) -> dict[str, np.ndarray]:

@@ -1,7 +1,7 @@
 """Overhead of a Ray task (``flplat reproduce|sweep|tune --backend ray``) against the same run in this process.
 
-    python tools/bench_ray.py                                   # a smoke-size run (DA-PFL's smoke cell, FedAvg)
-    python tools/bench_ray.py --runs 5 --set federation.rounds=4
+    python tools/benchmarks/bench_ray.py   # a smoke-size run (DA-PFL's smoke cell, FedAvg)
+    python tools/benchmarks/bench_ray.py --runs 5 --set federation.rounds=4
 
 One process: the same run (same config, seed, one thread, a temporary MLflow store) ``--runs`` times in this process
 (after one warm-up run: imports, data) and as many times as Ray tasks on a local Ray instance with one CPU (one task
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str]) -> None:
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> None:
     try:
         import ray
     except ImportError:
-        sys.exit('tools/bench_ray.py needs Ray: pip install -e ".[ray]"')
+        sys.exit('tools/benchmarks/bench_ray.py needs Ray: pip install -e ".[ray]"')
     from flplat.experiment import load_config
     from flplat.studies.papers import dapfl
     from flplat.studies.reproduction.execute import RayBackend, Task

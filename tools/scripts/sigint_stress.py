@@ -1,7 +1,7 @@
 """Ctrl-C at many points of a run: `flplat run` of the quick start, SIGINT after each delay, and how long the
 process takes to end, its exit status and the run's status in the store (issue 22, item 6).
 
-    python tools/sigint_stress.py [--delays 0.2,0.5,1,2,3,4,6] [--after-round 0] [--repeat 1] [--limit 60]
+    python tools/scripts/sigint_stress.py [--delays 0.2,0.5,1,2,3,4,6] [--after-round 0] [--repeat 1] [--limit 60]
 
 `--after-round K`: the delays count from the line of round K (0: from the start), so that small delays land at
 different points of a round (training, evaluation, the tracking writes, the checkpoint).
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def one(delay: float, limit: float, sig: int, workdir: Path, after_round: int = 0) -> tuple[str, float, str]:

@@ -17,8 +17,9 @@ the differences this prints are documented, not fixed.
 Needs FedArtML (``pip install 'flplat[fedartml]'``; its ``__init__`` and its interactive plots are not loaded, so
 ``pip install --no-deps fedartml`` with pandas is enough)::
 
-    python tools/compare_fedartml_partitions.py --dataset fmnist --clients 100 --seeds 10
-    python tools/compare_fedartml_partitions.py --dataset fmnist --clients 10 --alphas "" --s-values 1,0.5,0.1,0
+    python tools/investigations/compare_fedartml_partitions.py --dataset fmnist --clients 100 --seeds 10
+    python tools/investigations/compare_fedartml_partitions.py --dataset fmnist --clients 10 --alphas "" \
+        --s-values 1,0.5,0.1,0
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from flplat.data.registry import partition_config  # noqa: E402
 from flplat.metrics.noniid import noniid_summary  # noqa: E402

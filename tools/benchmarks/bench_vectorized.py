@@ -8,17 +8,18 @@ executor's ``train`` calls, in wall time and in this process's CPU time (with ``
 steadier figure on a machine other jobs share). Sides alternate (A B, B A, ...) after an untimed warm-up of each,
 so this machine's speed drift hits both alike; the verdict is the median of the per-repeat ratios loop / vectorised.
 
-    python tools/bench_vectorized.py                               # digits + mlp, K=100, q=0.5, E=1, B=32
-    python tools/bench_vectorized.py --dataset fmnist --rounds 3   # fmnist + mlp (files found automatically)
-    python tools/bench_vectorized.py --dataset fmnist --model fmnist_cnn --rounds 2
+    python tools/benchmarks/bench_vectorized.py                               # digits + mlp, K=100, q=0.5, E=1, B=32
+    python tools/benchmarks/bench_vectorized.py --dataset fmnist --rounds 3   # fmnist + mlp (files found automatically)
+    python tools/benchmarks/bench_vectorized.py --dataset fmnist --model fmnist_cnn --rounds 2
 
 A paper's setting: ``--config`` starts from a config file (its data, partition, model and training; FedAvg, CPU,
 32-bit, tracking off), ``--set KEY=VALUE`` changes keys of it, and ``--images C,H,W --samples N`` replaces its data
 by N random images of that shape in ``--classes`` classes (an ``npz`` file written to a temporary folder: timing
 needs the shapes, not the pictures):
 
-    python tools/bench_vectorized.py --config configs/flux/table1/mnist_label_l4.yaml --rounds 1   # LeNet-5, Flux MNIST
-    python tools/bench_vectorized.py --config configs/flux/table1/cifar100_label_l4.yaml --images 3,32,32 \
+    # LeNet-5, Flux MNIST
+    python tools/benchmarks/bench_vectorized.py --config configs/flux/table1/mnist_label_l4.yaml --rounds 1
+    python tools/benchmarks/bench_vectorized.py --config configs/flux/table1/cifar100_label_l4.yaml --images 3,32,32 \
         --classes 100 --samples 2140 --set partition.name=iid --set partition.num_unseen_clients=0 --rounds 1  # ResNet9
 """
 
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 from flplat.engine.orchestrator import LocalExecutor, Orchestrator  # noqa: E402
 from flplat.experiment import (  # noqa: E402

@@ -15,9 +15,9 @@ first K files (through symlinks in a temporary directory), ``--classes`` sets ``
 62 classes; default: the loader's default, ``a``-``j``). The loader is the ``flplat`` that ``PYTHONPATH`` selects, so
 two checkouts can be compared::
 
-    python tools/make_leaf_femnist.py write /tmp/leaf
-    python tools/make_leaf_femnist.py measure /tmp/leaf --classes all
-    PYTHONPATH=/path/to/other/checkout python tools/make_leaf_femnist.py measure /tmp/leaf --first-files 4
+    python tools/generators/make_leaf_femnist.py write /tmp/leaf
+    python tools/generators/make_leaf_femnist.py measure /tmp/leaf --classes all
+    PYTHONPATH=/path/to/other/checkout python tools/generators/make_leaf_femnist.py measure /tmp/leaf --first-files 4
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ models weighted by their training-set sizes. Both evaluate once, after the last 
 split (and on the pooled global test set when the dataset has one).
 
 Timed: the federated training plus that final evaluation -- ``Orchestrator.run`` (tracking off, no callbacks)
-against :func:`reference_fedavg`. Data loading, partitioning and model construction are done once, untimed.
+against the benchmarks' hand-written FedAvg (``reference_fedavg.py``, shared with ``bench_e2e.py`` and
+``bench_sharded.py``). Data loading, partitioning and model construction are done once, untimed.
 The two sides alternate (A B, B A, A B, ...) after one untimed warm-up each, so the machine's speed drift and
 concurrent load hit both alike; the verdict is the median of the per-repeat ratios platform / reference (wall
 clock); the ratio of process CPU times is printed too, as it is far less sensitive to other processes.
@@ -16,9 +17,11 @@ The reference runs in the environment a script that never imports lightning woul
 ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` for the whole process, which makes every Adam step query NVML (see
 docs/performance.md); ``--shared-env`` keeps it for the reference too, isolating the training loop's own overhead.
 
-    python tools/bench_fedavg.py                                  # digits + mlp, the quickstart federation
-    python tools/bench_fedavg.py --dataset fmnist --model mlp --clients 100 --fraction 0.5 --epochs 1 --rounds 5
-    python tools/bench_fedavg.py --dataset fmnist --model fmnist_cnn --clients 100 --epochs 1 --rounds 1 --repeats 3
+    python tools/benchmarks/bench_fedavg.py                                  # digits + mlp, the quickstart federation
+    python tools/benchmarks/bench_fedavg.py --dataset fmnist --model mlp --clients 100 --fraction 0.5 \
+        --epochs 1 --rounds 5
+    python tools/benchmarks/bench_fedavg.py --dataset fmnist --model fmnist_cnn --clients 100 --epochs 1 \
+        --rounds 1 --repeats 3
 """
 
 from __future__ import annotations
@@ -35,9 +38,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 # Importing lightning (which flplat does) sets PYTORCH_NVML_BASED_CUDA_CHECK=1 for the whole process; with it, every
 # Adam/AdamW step of torch >= 2.8 asks NVML for the CUDA device count (a dlopen per step when CUDA is not
@@ -46,10 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 NVML_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 NVML_BEFORE = os.environ.get(NVML_VAR)
 
+import reference_fedavg as ref  # noqa: E402
 from benchlib import fedavg_overrides  # noqa: E402
 
 from flplat.algorithms.base import sample_uniform  # noqa: E402
-from flplat.engine.client import batch_bounds  # noqa: E402
 from flplat.engine.orchestrator import LocalExecutor, Orchestrator  # noqa: E402
 from flplat.engine.state import derive_seed  # noqa: E402
 from flplat.experiment import (  # noqa: E402
@@ -94,48 +96,6 @@ def run_platform(p: Prepared, rounds: int, seed: int):
 # ----------------------------------------------------------------------------------------- the reference side
 
 
-def reference_fedavg(model, init_sd, x, y, client_train, selections, seed, epochs, batch_size, lr):
-    """Plain PyTorch FedAvg: load_state_dict, fresh Adam per client, randperm batches, weighted state_dict mean."""
-    global_sd = {k: v.clone() for k, v in init_sd.items()}
-    steps = 0
-    for t, selected in enumerate(selections, start=1):
-        states, sizes = [], []
-        for k in selected:
-            model.load_state_dict(global_sd)
-            model.train()
-            opt = torch.optim.Adam(model.parameters(), lr=lr)
-            idx = torch.as_tensor(client_train[k], dtype=torch.long)
-            xk, yk, n = x[idx], y[idx], len(idx)
-            gen = torch.Generator().manual_seed(derive_seed(seed, "train", t, k))  # same batch order as the platform
-            loss_sum = torch.zeros(())  # the platform tracks the mean training loss too: same work
-            for _ in range(epochs):
-                perm = torch.randperm(n, generator=gen)
-                for a, b in batch_bounds(n, batch_size):
-                    sel = perm[a:b]
-                    loss = F.cross_entropy(model(xk[sel]), yk[sel])
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    loss_sum += loss.detach()
-                    steps += 1
-            states.append({name: v.detach().clone() for name, v in model.state_dict().items()})
-            sizes.append(n)
-        w = torch.tensor(sizes, dtype=torch.float32)
-        w /= w.sum()
-        global_sd = {name: (sum(wi * s[name] for wi, s in zip(w, states)) if states[0][name].is_floating_point()
-                            else states[0][name]) for name in states[0]}
-    model.load_state_dict(global_sd)
-    return model, steps
-
-
-@torch.no_grad()
-def accuracy(model, x, y, batch_size=1024):
-    model.eval()
-    correct = sum(int((model(x[a:a + batch_size]).argmax(1) == y[a:a + batch_size]).sum())
-                  for a in range(0, len(y), batch_size))
-    return correct, len(y)
-
-
 @contextlib.contextmanager
 def env_var(name: str, value: str | None):
     old = os.environ.get(name)
@@ -161,19 +121,16 @@ def _run_reference(p: Prepared, model, init_sd, selections, seed: int):
     f = p.cfg.federation
     d = p.data
     t0, c0 = time.perf_counter(), time.process_time()
-    model, steps = reference_fedavg(model, init_sd, d.x, d.y, [c.train for c in d.clients], selections, seed,
-                                    int(f.local_epochs), int(f.batch_size), float(f.optimizer.lr))
-    correct = n = 0
-    for c in d.clients:  # every client's test split, pooled accuracy (the platform's global_accuracy)
-        idx = torch.as_tensor(c.test, dtype=torch.long)
-        ck, nk = accuracy(model, d.x[idx], d.y[idx])
-        correct, n = correct + ck, n + nk
-    gacc = float("nan")
-    if d.x_global_test is not None:
-        g_correct, gn = accuracy(model, d.x_global_test, d.y_global_test)
-        gacc = g_correct / gn
+    model.load_state_dict(init_sd)
+    train = [torch.as_tensor(c.train, dtype=torch.long) for c in d.clients]
+    test = [torch.as_tensor(c.test, dtype=torch.long) for c in d.clients]
+    trained = ref.fedavg(model, d.x, d.y, train, selections, epochs=int(f.local_epochs),
+                         batch_size=int(f.batch_size), lr=float(f.optimizer.lr),
+                         # the platform's batch order: each (round, client)'s own seed, as its executor draws it
+                         generator=lambda t, k: torch.Generator().manual_seed(derive_seed(seed, "train", t, k)))
+    acc, gacc = ref.evaluate(model, d.x, d.y, test, d.x_global_test, d.y_global_test)
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return dt, {"cpu": cpu, "acc": correct / max(n, 1), "global_test_acc": gacc, "steps": steps}
+    return dt, {"cpu": cpu, "acc": acc, "global_test_acc": gacc, "steps": trained.steps}
 
 
 # ---------------------------------------------------------------------------------------------------- driver

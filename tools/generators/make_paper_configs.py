@@ -7,7 +7,7 @@ dataset (§IV-A-d): ACSIncome a logistic regression (``logreg``), Serengeti an M
 (``cifar_cnn``), Sent140 embedding + dropout + 10-unit LSTM (``sent140_lstm``), Amazon reviews embedding -> flatten
 -> 8-unit ReLU (``amazon_dnn``). Tables III/IV are K = 100; ACSIncome also K = 10 and 50 (Figs. 5-7 vary K).
 The algorithm is chosen at run time: `flplat run CONFIG algorithm.name=clust_psi_pfl` (or any other).
-Re-run this script after changing the template: python tools/make_paper_configs.py
+Re-run this script after changing the template: python tools/generators/make_paper_configs.py
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ tracking:
 
 
 def main() -> None:
-    root = Path(__file__).resolve().parents[1] / "configs" / "clust_psi_pfl" / "table3"
+    root = Path(__file__).resolve().parents[2] / "configs" / "clust_psi_pfl" / "table3"
     root.mkdir(parents=True, exist_ok=True)
     for dataset, (model, clients) in DATASETS.items():
         for k in clients:

@@ -25,10 +25,10 @@ per-repeat ratios. ``--profile`` adds a decomposition of one round of each side 
 category: forward, backward, optimizer, loss and masking, batch assembly, stacking/unstacking, and the rest —
 Python and dispatch between the ops).
 
-    python tools/bench_vec_bound.py                         # issue 15's setting, 1 thread, 3 repeats
-    python tools/bench_vec_bound.py --profile               # plus the decomposition
-    python tools/bench_vec_bound.py --threads 2 --repeats 5
-    python tools/bench_vec_bound.py --baseline 42a9701      # adds flplat@REV: vectorized.py of a git revision
+    python tools/benchmarks/bench_vec_bound.py                         # issue 15's setting, 1 thread, 3 repeats
+    python tools/benchmarks/bench_vec_bound.py --profile               # plus the decomposition
+    python tools/benchmarks/bench_vec_bound.py --threads 2 --repeats 5
+    python tools/benchmarks/bench_vec_bound.py --baseline 42a9701   # adds flplat@REV: vectorized.py of a git revision
 
 Setting (issue 15): FMNIST, K = 100, Dirichlet α = 0.3, q = 0.5, batch 32, Adam 1e-3, MLP 784-200-200-10, E = 1,
 tracking off.
@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 import flplat.engine.vectorized as vectorized  # noqa: E402
 from flplat.algorithms.base import ClientPlan, sample_uniform  # noqa: E402
@@ -63,6 +63,7 @@ from flplat.experiment import prepare  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import fedavg_overrides  # noqa: E402
+from reference_fedavg import batch_bounds  # noqa: E402
 
 SIDES = ("flplat", "shared", "stacked")
 KEPT: list[list[torch.Tensor]] = []  # the stacked side's parameter and Adam-moment buffers, reused between rounds
@@ -78,15 +79,13 @@ def label(name: str):
 
 def client_batches(indices: np.ndarray, seed: int, epochs: int, bs: int) -> list[torch.Tensor]:
     """One client's batches (pool row indices), written out by hand: ``randperm`` per epoch from its seed, batches
-    of ``bs``, a last single sample merged into the batch before it (as the platform batches)."""
+    of ``bs``, a last single sample merged into the batch before it (the hand-written FedAvg's and the platform's
+    :func:`batch_bounds`)."""
     idx, n = torch.as_tensor(indices, dtype=torch.long), len(indices)
     gen, out = torch.Generator().manual_seed(seed), []
     for _ in range(epochs):
         order = idx[torch.randperm(n, generator=gen)]
-        cuts = list(range(0, n, bs)) + [n]
-        if len(cuts) > 2 and cuts[-1] - cuts[-2] == 1:
-            cuts.pop(-2)
-        out += [order[a:b] for a, b in zip(cuts, cuts[1:])]
+        out += [order[a:b] for a, b in batch_bounds(n, bs)]
     return out
 
 
@@ -272,7 +271,7 @@ def baseline_module(rev: str):
     import subprocess
     import tempfile
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     src = subprocess.run(["git", "show", f"{rev}:flplat/engine/vectorized.py"], cwd=root, check=True,
                          capture_output=True, text=True).stdout
     path = Path(tempfile.mkdtemp(prefix="vec-baseline-")) / "vectorized_baseline.py"

@@ -1,7 +1,7 @@
 """Checkpoint overhead: the time of each round's checkpoint write against the round's own time, in the same run.
 
-    python tools/bench_checkpoint.py configs/quickstart.yaml federation.rounds=5
-    python tools/bench_checkpoint.py configs/quickstart.yaml data.name=fmnist partition.num_clients=100 \
+    python tools/benchmarks/bench_checkpoint.py configs/quickstart.yaml federation.rounds=5
+    python tools/benchmarks/bench_checkpoint.py configs/quickstart.yaml data.name=fmnist partition.num_clients=100 \
         federation.rounds=3
 
 Runs the config with ``tracking.checkpoint_every=1`` into a temporary store and times every

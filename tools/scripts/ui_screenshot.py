@@ -4,7 +4,7 @@ Starts `flplat ui` on a store (the console script next to this interpreter, with
 virtualenv: the UI must start without an activated venv), waits for the server, opens the experiment's page in
 headless Chromium and writes a PNG per page:
 
-    python tools/ui_screenshot.py --store-dir /tmp/runs --experiment demo --out docs/img/mlflow_runs.png
+    python tools/scripts/ui_screenshot.py --store-dir /tmp/runs --experiment demo --out docs/img/mlflow_runs.png
 
 The page is the experiment's runs table in MLflow's model-training view (``?workflowType=machine_learning``; the
 charts are one click away, the ``compareRunsMode=CHART`` query did not open them in MLflow 3.17). Needs a

@@ -8,9 +8,9 @@ after one untimed warm-up (``--repeats 0``: a single timed run, no warm-up). ``c
 the median run (with ``--jobs 1`` the search is single-threaded, so on a loaded machine it is the figure to
 compare; ``median_s`` is wall time).
 
-    python tools/bench_clustering.py --clients 100 1000                      # the default: full scan
-    python tools/bench_clustering.py --clients 100 1000 --n-init 1           # one K-means++ start per j
-    python tools/bench_clustering.py --clients 100 1000 5000 --max-clusters 20   # the opt-in cap
+    python tools/benchmarks/bench_clustering.py --clients 100 1000                      # the default: full scan
+    python tools/benchmarks/bench_clustering.py --clients 100 1000 --n-init 1           # one K-means++ start per j
+    python tools/benchmarks/bench_clustering.py --clients 100 1000 5000 --max-clusters 20   # the opt-in cap
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.preprocessing import StandardScaler
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 from flplat.algorithms.clust_psi_pfl import ClustPSIPFL, psi_descriptors  # noqa: E402
 from flplat.maths.clustering import silhouette_kmeans  # noqa: E402

@@ -2,7 +2,7 @@
 one process, one JSON line per finished run (skipped when the same config/method/seed/overrides line is already
 in --out).
 
-  python tools/dapfl_investigation/grid.py configs/dapfl/digits_k20_a1.0.yaml --seeds 0 1 2 \
+  python tools/investigations/dapfl/grid.py configs/dapfl/digits_k20_a1.0.yaml --seeds 0 1 2 \
       --out docs/results/dapfl/investigation/h1.jsonl --set fabric.num_threads=1 \
       --methods fedavg:algorithm.name=fedavg dapfl:algorithm.name=dapfl,algorithm.lam=1.0
 

@@ -11,10 +11,11 @@ Sides (``--sides``, default all):
 * ``flplat1`` — ``python -m flplat.cli run`` with one process (torch's default threads, 2 here);
 * ``flplat2`` — the same with ``fabric.devices=2 fabric.num_threads=1``;
 * ``flplatvec`` — the same with ``federation.vectorize=true`` (one process);
-* ``ref1`` — a hand-written 1-process script (``--worker ref``, below): it imports only numpy and torch, decodes
-  the four IDX files itself (gzip + ``np.frombuffer``), standardises them with the same constants, and runs
-  FedAvg with a plain ``nn.Sequential`` MLP, fresh Adam per client, ``randperm`` batches, a sample-weighted mean,
-  and evaluates every client's test split plus the global test set every ``eval_every`` rounds;
+* ``ref1`` — a hand-written 1-process script (``--worker ref``, below): it imports only numpy, torch and the
+  benchmarks' hand-written FedAvg (``reference_fedavg.py``), decodes the four IDX files itself (gzip +
+  ``np.frombuffer``), standardises them with the same constants, and runs FedAvg with a plain ``nn.Sequential`` MLP,
+  fresh Adam per client, ``randperm`` batches, a sample-weighted mean, and evaluates every client's test split plus
+  the global test set every ``eval_every`` rounds;
 * ``ref2`` — the same script as two processes with one thread each: it starts its second process first thing
   (before importing torch, as ``torchrun`` would, so both import in parallel), the round's clients are split
   greedily by size, the weighted sums are all-reduced (gloo) in one flat buffer, client evaluation is sharded.
@@ -24,10 +25,10 @@ this driver into a small ``.npz`` before timing (a script's own Dirichlet partit
 milliseconds; the platform's partition time stays inside the platform's figure), so both sides do the same
 number of steps. Ratios: ``flplat1`` and ``flplatvec`` against ``ref1``; ``flplat2`` against ``ref2``.
 
-    python tools/bench_e2e.py                                          # issue 15's setting, 3 repeats
-    python tools/bench_e2e.py --hidden 128,64                          # the 128-64 MLP
-    python tools/bench_e2e.py --sides ref2,flplat2 --rounds 10         # the sharded steady state
-    python tools/bench_e2e.py --sides flplat1,flplatvec --baseline /path/to/other/checkout   # before / after
+    python tools/benchmarks/bench_e2e.py                                          # issue 15's setting, 3 repeats
+    python tools/benchmarks/bench_e2e.py --hidden 128,64                          # the 128-64 MLP
+    python tools/benchmarks/bench_e2e.py --sides ref2,flplat2 --rounds 10         # the sharded steady state
+    python tools/benchmarks/bench_e2e.py --sides flplat1,flplatvec --baseline /path/to/other/checkout   # before / after
 
 ``--baseline DIR`` also runs every flplat side with another checkout's ``flplat`` (``PYTHONPATH=DIR``, its
 ``configs/quickstart.yaml``) as ``<side>@base``, in the same alternation, and reports this checkout ÷ that one (the
@@ -49,7 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGETS = {"flplat1": ("ref1", 1.15), "flplat2": ("ref2", 1.15), "flplatvec": ("ref1", None)}
 NORM = {"fmnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
 LAYOUT = {"fmnist": "FashionMNIST/raw", "mnist": "MNIST/raw"}
@@ -99,8 +100,8 @@ def write_plan(args, path: Path) -> None:
 
 
 def ref_worker(args) -> None:
-    """A hand-written FedAvg script: no flplat import, IDX decoded here; ``--procs`` processes (rank 0 starts
-    the others before importing torch)."""
+    """A hand-written FedAvg script (``reference_fedavg.py``): no flplat import, IDX decoded here; ``--procs``
+    processes (rank 0 starts the others before importing torch)."""
     rank, world = int(os.environ.get("REF_RANK", "0")), args.procs
     others = []
     if rank == 0 and world > 1:
@@ -114,18 +115,14 @@ def ref_worker(args) -> None:
     import gzip
 
     import numpy as np
+    import reference_fedavg as ref
     import torch
-    import torch.nn.functional as F
     from torch import nn
 
     if world == 1 and args.threads:
         torch.set_num_threads(args.threads)
     if world > 1:
-        import torch.distributed as dist
-
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['REF_PORT']}", rank=rank,
-                                world_size=world)
+        ref.join(rank, world, int(os.environ["REF_PORT"]))
 
     def idx(name):
         root = Path(args.data_root) / LAYOUT[args.dataset]
@@ -140,7 +137,7 @@ def ref_worker(args) -> None:
     xg = torch.from_numpy((idx("t10k-images-idx3-ubyte").astype(np.float32) / 255 - mean) / std)
     yg = torch.from_numpy(idx("t10k-labels-idx1-ubyte").astype(np.int64))
     plan = np.load(args.plan)
-    sel_rounds = plan["selected"]
+    selections = plan["selected"].tolist()
     train = [torch.from_numpy(plan[f"train{k}"]) for k in range(args.clients)]
     test = [torch.from_numpy(plan[f"test{k}"]) for k in range(args.clients)]
     widths = [784, *[int(h) for h in args.hidden.split(",")]]
@@ -148,63 +145,20 @@ def ref_worker(args) -> None:
     for a, b in zip(widths, widths[1:]):
         layers += [nn.Linear(a, b), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Linear(widths[-1], 10))
-    params = list(model.parameters())
-    flat = nn.utils.parameters_to_vector(params).detach().clone()
-    if world > 1:
-        dist.broadcast(flat, 0)
-    round_s, steps = [], 0
-    for t in range(1, args.rounds + 1):
-        t0 = time.perf_counter()
-        loads, mine = [0] * world, []
-        for k in sorted(sel_rounds[t - 1].tolist(), key=lambda k: -len(train[k])):
-            r = loads.index(min(loads))
-            loads[r] += len(train[k])
-            if r == rank:
-                mine.append(k)
-        acc = torch.zeros(flat.numel() + 1)
-        model.train()
-        for k in mine:
-            nn.utils.vector_to_parameters(flat, params)
-            opt = torch.optim.Adam(params, lr=args.lr)
-            xk, yk, n = x[train[k]], y[train[k]], len(train[k])
-            for _ in range(args.epochs):
-                perm = torch.randperm(n)
-                bounds = list(range(0, n, args.batch_size)) + [n]
-                if len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
-                    bounds.pop(-2)  # no single-sample batch (as the platform)
-                for a, b in zip(bounds, bounds[1:]):
-                    s = perm[a:b]
-                    loss = F.cross_entropy(model(xk[s]), yk[s])
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    steps += 1
-            acc[:-1] += n * nn.utils.parameters_to_vector(params).detach()
-            acc[-1] += n
-        if world > 1:
-            dist.all_reduce(acc)
-        flat = acc[:-1] / acc[-1]
+    scores = {}
+
+    def after_round(t: int) -> None:  # evaluation every eval_every rounds, inside the round's time
         if t % args.eval_every == 0 or t == args.rounds:
-            nn.utils.vector_to_parameters(flat, params)
-            model.eval()
-            counts = torch.zeros(2)
-            with torch.no_grad():
-                for k in range(rank, args.clients, world):
-                    for a in range(0, len(test[k]), 1024):
-                        s = test[k][a:a + 1024]
-                        counts[0] += (model(x[s]).argmax(1) == y[s]).sum()
-                        counts[1] += len(s)
-                if world > 1:
-                    dist.all_reduce(counts)
-                if rank == 0:
-                    g = sum(int((model(xg[a:a + 1024]).argmax(1) == yg[a:a + 1024]).sum())
-                            for a in range(0, len(yg), 1024))
-            acc_clients = float(counts[0] / counts[1])
-        round_s.append(time.perf_counter() - t0)
+            scores["acc"], scores["global"] = ref.evaluate(model, x, y, test, xg, yg, rank, world)
+
+    trained = ref.fedavg(model, x, y, train, selections, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                         rank=rank, world=world, after_round=after_round)  # batch order: torch's global generator
     if rank == 0:
-        Path(args.out).write_text(json.dumps({"round_s": round_s, "acc": acc_clients, "global": g / len(yg),
-                                              "steps_rank0": steps}))
+        Path(args.out).write_text(json.dumps({"round_s": trained.round_s, "acc": scores["acc"],
+                                              "global": scores["global"], "steps_rank0": trained.steps}))
     if world > 1:
+        import torch.distributed as dist
+
         dist.destroy_process_group()
     for p in others:
         p.wait()

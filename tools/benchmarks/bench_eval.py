@@ -20,10 +20,10 @@ times, alternating within each repeat:
 Reported: medians over ``--repeats`` of seconds per evaluation and the ratios to the lower bound (target
 batched ≤ 1.5×), and that the two evaluations give the same per-client counts.
 
-    python tools/bench_eval.py                                  # K = 1,200 and 10,000, FedAvg, IFCA, Ditto
-    python tools/bench_eval.py --clients 1200 --repeats 5
-    python tools/bench_eval.py --clients 10000 --methods ditto --personal-dtype float16
-    python tools/bench_eval.py --clients 40 --repeats 1 --data-root DIR   # FMNIST from DIR (data.root)
+    python tools/benchmarks/bench_eval.py                                  # K = 1,200 and 10,000, FedAvg, IFCA, Ditto
+    python tools/benchmarks/bench_eval.py --clients 1200 --repeats 5
+    python tools/benchmarks/bench_eval.py --clients 10000 --methods ditto --personal-dtype float16
+    python tools/benchmarks/bench_eval.py --clients 40 --repeats 1 --data-root DIR   # FMNIST from DIR (data.root)
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 TARGET = 1.5
 

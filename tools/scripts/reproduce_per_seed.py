@@ -3,7 +3,7 @@
 ``flplat reproduce`` renders mean ± std per cell; this prints each seed's value of several metrics for the rows
 given, so two rows can be compared run by run (e.g. where Flux's noise guard helps and on which seeds)::
 
-    python tools/reproduce_per_seed.py flux known_association --scale reduced --seeds 0,1,2 \
+    python tools/scripts/reproduce_per_seed.py flux known_association --scale reduced --seeds 0,1,2 \
         --methods "Flux,Flux + noise guard" --metrics tau,ari,known_association_accuracy \
         --store-dir /work/repro/store [--set fabric.num_threads=1]
 

@@ -1,8 +1,9 @@
 """The GPU check: run it first on any machine with a CUDA device; CI runs it on CPU (``--tiny``) so it cannot rot.
 
-    python tools/gpu_check.py --out $OUT --budget-s 480 --write-docs   # one GPU, at most 8 minutes
-    python tools/gpu_check.py --tiny --out /tmp/gpu_check              # CPU, toy sizes, < 1 minute (CI)
-    python tools/gpu_check.py --render $OUT/gpu_check.json --write-docs  # docs from results fetched from a GPU box
+    python tools/benchmarks/gpu_check.py --out $OUT --budget-s 480 --write-docs   # one GPU, at most 8 minutes
+    python tools/benchmarks/gpu_check.py --tiny --out /tmp/gpu_check              # CPU, toy sizes, < 1 minute (CI)
+    # docs from results fetched from a GPU box
+    python tools/benchmarks/gpu_check.py --render $OUT/gpu_check.json --write-docs
 
 Checks (each independent: one that fails or raises does not stop the others; each prints one
 ``PASS`` / ``FAIL`` / ``SKIP`` line with its reason):
@@ -83,7 +84,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing (the GPU machine gets a bare copy)
 
 # ============================================ what to adapt ============================================
@@ -154,7 +155,7 @@ RESERVE_S = 5.0  # kept for writing the results
 BUNDLED = ("omegaconf",)  # pure-Python packages flplat imports that the GPU image lacks (OmegaConf 2.4: only PyYAML)
 DOCS = REPO / "docs" / "performance.md"
 SECTION = "## GPU"
-DOCS_COMMAND = "python tools/gpu_check.py --out $OUT --budget-s 480 --write-docs"
+DOCS_COMMAND = "python tools/benchmarks/gpu_check.py --out $OUT --budget-s 480 --write-docs"
 # =======================================================================================================
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -295,7 +296,7 @@ def replace_section(text: str, body: str, heading: str = SECTION) -> str:
 
 
 DOCS_INTRO = """\
-`tools/gpu_check.py` is the first thing to run on a machine with a CUDA device (one GPU, at most 8 minutes);
+`tools/benchmarks/gpu_check.py` is the first thing to run on a machine with a CUDA device (one GPU, at most 8 minutes);
 `--write-docs` replaces this section's results with its own, naming the device, the command and the date. No anchor
 publishes such a table.
 
@@ -321,13 +322,17 @@ On a GPU machine with PyTorch and Lightning but without flplat's other dependenc
 OmegaConf, the one pure-Python package the check needs beyond them, and put the results here afterwards:
 
 ```bash
-python tools/gpu_check.py --bundle-deps .gpu_site       # here: copies OmegaConf into .gpu_site/ (git-ignored)
-PYTHONPATH=.gpu_site python3 tools/gpu_check.py --out $OUT --budget-s 480   # there, with the checkout and .gpu_site/
-python tools/gpu_check.py --render gpu_check.json --write-docs              # here, with the fetched results file
+# here: copies OmegaConf into .gpu_site/ (git-ignored)
+python tools/benchmarks/gpu_check.py --bundle-deps .gpu_site
+# there, with the checkout and .gpu_site/
+PYTHONPATH=.gpu_site python3 tools/benchmarks/gpu_check.py --out $OUT --budget-s 480
+# here, with the fetched results file
+python tools/benchmarks/gpu_check.py --render gpu_check.json --write-docs
 ```
 
-CI runs the same checks on CPU at toy size (`python tools/gpu_check.py --tiny`, tests/test_gpu_check.py), where the
-CUDA-only assertion skips with its reason, so the script keeps working with the platform's interfaces.
+CI runs the same checks on CPU at toy size (`python tools/benchmarks/gpu_check.py --tiny`,
+tests/test_gpu_check.py), where the CUDA-only assertion skips with its reason, so the script keeps working with the
+platform's interfaces.
 """
 NOT_RUN = "**Not run on a GPU yet**: no GPU was available to this work so far; the check above is ready.\n"
 
@@ -953,8 +958,9 @@ def main(argv=None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device is visible; allowed here: --tiny (CPU, toy sizes)", file=sys.stderr)
         return 2
+    command = "python tools/benchmarks/gpu_check.py " + " ".join(argv or sys.argv[1:])
     report = Report(Path(args.out), {**describe(device), "tiny": args.tiny, "budget_s": args.budget_s,
-                                     "command": "python tools/gpu_check.py " + " ".join(argv or sys.argv[1:])})
+                                     "command": command})
     report.save()
     print(f"gpu_check on {report.meta['device']} ({report.meta['versions']}); budget {args.budget_s:.0f} s; "
           f"results in {report.out}", flush=True)

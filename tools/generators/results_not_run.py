@@ -1,9 +1,9 @@
 """Write docs/results.md's "Not run here" list: every table `flplat reproduce` defines that has no block on the page,
 with the datasets it needs and whether they were on the machine that rendered the page.
 
-    python tools/results_not_run.py                      # rewrite the list in docs/results.md
-    python tools/results_not_run.py --check              # exit 1 when the list is out of date
-    python tools/results_not_run.py --here digits,mnist,fmnist,synthetic
+    python tools/generators/results_not_run.py                      # rewrite the list in docs/results.md
+    python tools/generators/results_not_run.py --check              # exit 1 when the list is out of date
+    python tools/generators/results_not_run.py --here digits,mnist,fmnist,synthetic
 
 The list sits between ``<!-- not-run-here:start -->`` and ``<!-- not-run-here:end -->``; a table counts as run when
 the page has a ``<!-- flplat reproduce PAPER TABLE SCALE -->`` block for it at any scale. tests/test_tools.py holds
@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 START, END = "<!-- not-run-here:start -->", "<!-- not-run-here:end -->"
 #: datasets on the machine that renders docs/results.md (digits and synthetic ship with the code)
 HERE = ("digits", "synthetic", "mnist", "fmnist")
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     old = START + md.split(START, 1)[1].split(END, 1)[0] + END
     if args.check:
         if old != new:
-            print(f"{args.results}: the 'Not run here' list is out of date: python tools/results_not_run.py",
+            print(f"{args.results}: the 'Not run here' list is out of date: python tools/generators/results_not_run.py",
                   file=sys.stderr)
             return 1
         return 0

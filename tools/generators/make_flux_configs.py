@@ -16,7 +16,7 @@ Choices the paper leaves open: 10 unseen test clients drawn from the training cl
 Per-method settings sit in ``algorithm_defaults`` (applied when ``algorithm.name`` is that method, under explicit
 ``algorithm.*`` keys): IFCA, FeSEM, FedEM and FedRC get the true number of distributions M (0 = the partition's M,
 App. E.1) and Flux / Flux-soft the dataset's DBSCAN eps scaling (App. D.2).
-Re-run after changing the template: python tools/make_flux_configs.py
+Re-run after changing the template: python tools/generators/make_flux_configs.py
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def mixed_and_drift(root: Path) -> None:
 
 
 def main() -> None:
-    root = Path(__file__).resolve().parents[1] / "configs" / "flux"
+    root = Path(__file__).resolve().parents[2] / "configs" / "flux"
     (root / "table1").mkdir(parents=True, exist_ok=True)
     for dataset, scaling in DATASETS.items():
         for shift in SHIFTS:

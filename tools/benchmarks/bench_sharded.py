@@ -3,12 +3,12 @@
 Sides (each one a fresh subprocess, timed end to end by this driver; sides alternate A B C, C B A, ... after
 one untimed warm-up run of each, so this machine's speed drift hits them alike):
 
-* ``reference`` — a minimal hand-written loop over ``--procs`` worker processes (``torch.multiprocessing`` +
-  gloo, one torch thread each): every worker loads the data and partition with the same flplat functions, the
-  round's sampled clients are split greedily by data size, each worker trains its clients one after the other
-  (``load_state_dict``, fresh Adam, ``randperm`` batches) and adds ``n_k · w_k`` to a flat buffer, one
-  ``all_reduce`` sums the buffers, and the global model is the quotient; at the end every client's test split
-  is scored (sharded, counts all-reduced) and rank 0 scores the global test set.
+* ``reference`` — the benchmarks' hand-written FedAvg (``reference_fedavg.py``) over ``--procs`` worker processes
+  (``torch.multiprocessing`` + gloo, one torch thread each): every worker loads the data and partition with the same
+  flplat functions, the round's sampled clients are split greedily by data size, each worker trains its clients one
+  after the other (global weights copied in, fresh Adam, ``randperm`` batches) and adds ``n_k · w_k`` to a flat
+  buffer, one ``all_reduce`` sums the buffers, and the global model is the quotient; at the end every client's test
+  split is scored (sharded, counts all-reduced) and rank 0 scores the global test set.
 * ``sharded`` — ``flplat``'s FedAvg with ``fabric.devices=--procs`` on CPU (started as ``flplat run`` starts
   them, :func:`flplat.engine.launch.launch_early`; one torch thread each; the weighted mean is one all-reduce, see
   ``flplat/engine/sharding.py``).
@@ -24,10 +24,11 @@ steady-state seconds per round (rounds 2..T, as measured inside rank 0), each as
 the per-repeat ratios platform / reference. Targets (issue 3): sharded ≤ 1.1 × reference in both, vectorised
 MLP ≥ 2 × faster than the reference.
 
-    python tools/bench_sharded.py                                    # fmnist + mlp, K=100, q=0.5, E=1
-    python tools/bench_sharded.py --epochs 5
-    python tools/bench_sharded.py --model fmnist_cnn --rounds 3 --sides reference,sharded
-    python tools/bench_sharded.py --hidden 200,200 --sides reference,vectorized,vectorized2   # issue 15's MLP
+    python tools/benchmarks/bench_sharded.py                                    # fmnist + mlp, K=100, q=0.5, E=1
+    python tools/benchmarks/bench_sharded.py --epochs 5
+    python tools/benchmarks/bench_sharded.py --model fmnist_cnn --rounds 3 --sides reference,sharded
+    # issue 15's MLP
+    python tools/benchmarks/bench_sharded.py --hidden 200,200 --sides reference,vectorized,vectorized2
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from benchlib import fedavg_overrides  # noqa: E402
@@ -85,84 +86,40 @@ def platform_worker(args, out: str) -> None:
 
 
 def _reference_rank(rank: int, world: int, port: int, args, out: str) -> None:
+    """One process of the hand-written FedAvg (``reference_fedavg.py``); the data, partition and model come from the
+    same flplat functions as the platform's (loading is not what is compared), the training loop is plain torch."""
     import numpy as np
+    import reference_fedavg as ref
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
 
     from flplat.algorithms.base import sample_uniform
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
-    from flplat.engine.client import batch_bounds
     from flplat.engine.state import derive_seed
     from flplat.experiment import load_config
     from flplat.models import build_model
 
-    torch.set_num_threads(1)
     os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # a script that never imports lightning
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    ref.join(rank, world, port)
     cfg = load_config(None, overrides(args, 1, 1, False))
     seed = args.seed
     torch.manual_seed(derive_seed(seed, "model"))  # any initialisation will do; both sides train the same amount
     d = build_federation(load_dataset(cfg.data, derive_seed(seed, "data")), cfg.partition,
                          derive_seed(seed, "partition"))
     model = build_model(cfg.model, d.input_shape, d.num_classes)
-    params = list(model.parameters())
-    flat = torch.nn.utils.parameters_to_vector(params).detach().clone()
-    dist.broadcast(flat, 0)
-    rng = np.random.default_rng(derive_seed(seed, "server"))
-    sizes = [len(c.train) for c in d.clients]
-    round_s, steps = [], 0
-    for t in range(1, args.rounds + 1):
-        t0 = time.perf_counter()
-        selected = [int(k) for k in sample_uniform(d.num_clients, args.fraction, rng)]
-        loads, mine = [0] * world, []  # greedy split of the round's clients by data size
-        for k in sorted(selected, key=lambda k: -sizes[k]):
-            r = loads.index(min(loads))
-            loads[r] += sizes[k]
-            if r == rank:
-                mine.append(k)
-        acc = torch.zeros(flat.numel() + 1)
-        for k in mine:
-            torch.nn.utils.vector_to_parameters(flat, params)
-            model.train()
-            opt = torch.optim.Adam(params, lr=args.lr)
-            idx = torch.as_tensor(d.clients[k].train, dtype=torch.long)
-            xk, yk, n = d.x[idx], d.y[idx], len(idx)
-            gen = torch.Generator().manual_seed(derive_seed(seed, "train", t, k))
-            for _ in range(args.epochs):
-                perm = torch.randperm(n, generator=gen)
-                for a, b in batch_bounds(n, args.batch_size):
-                    sel = perm[a:b]
-                    loss = F.cross_entropy(model(xk[sel]), yk[sel])
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    steps += 1
-            acc[:-1] += n * torch.nn.utils.parameters_to_vector(params).detach()
-            acc[-1] += n
-        dist.all_reduce(acc)
-        flat = acc[:-1] / acc[-1]
-        round_s.append(time.perf_counter() - t0)
-    torch.nn.utils.vector_to_parameters(flat, params)
-    model.eval()
-    counts = torch.zeros(2)
-    with torch.no_grad():
-        for k in range(rank, d.num_clients, world):
-            idx = torch.as_tensor(d.clients[k].test, dtype=torch.long)
-            for a in range(0, len(idx), 1024):
-                sel = idx[a:a + 1024]
-                counts[0] += (model(d.x[sel]).argmax(1) == d.y[sel]).sum()
-                counts[1] += len(sel)
-        if rank == 0 and d.x_global_test is not None:
-            for a in range(0, len(d.y_global_test), 1024):
-                model(d.x_global_test[a:a + 1024]).argmax(1)
-    dist.all_reduce(counts)
-    total_steps = torch.tensor([steps])
+    rng = np.random.default_rng(derive_seed(seed, "server"))  # the platform's sampler and seed: the same clients
+    selections = [[int(k) for k in sample_uniform(d.num_clients, args.fraction, rng)] for _ in range(args.rounds)]
+    train = [torch.as_tensor(c.train, dtype=torch.long) for c in d.clients]
+    test = [torch.as_tensor(c.test, dtype=torch.long) for c in d.clients]
+    trained = ref.fedavg(model, d.x, d.y, train, selections, epochs=args.epochs, batch_size=args.batch_size,
+                         lr=args.lr, rank=rank, world=world,
+                         generator=lambda t, k: torch.Generator().manual_seed(derive_seed(seed, "train", t, k)))
+    acc, _ = ref.evaluate(model, d.x, d.y, test, d.x_global_test, d.y_global_test, rank, world)
+    total_steps = torch.tensor([trained.steps])
     dist.all_reduce(total_steps)
     if rank == 0:
-        Path(out).write_text(json.dumps({"round_s": round_s, "acc": float(counts[0] / counts[1]),
-                                         "steps": int(total_steps)}))
+        Path(out).write_text(json.dumps({"round_s": trained.round_s, "acc": acc, "steps": int(total_steps)}))
     dist.destroy_process_group()
 
 

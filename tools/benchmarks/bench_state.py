@@ -7,8 +7,8 @@ model, optimizer, the store when it is in RAM) and file-backed resident memory (
 memory-mapped store file, which the kernel can drop at any time) and the peak of both (``VmHWM``). Also reports
 the store file's size on disk (allocated blocks: rows never written take no space).
 
-    python tools/bench_state.py                                      # 10,000 clients, fmnist_cnn, float16 on disk
-    python tools/bench_state.py --clients 1000 --state-dir ''        # in RAM
+    python tools/benchmarks/bench_state.py   # 10,000 clients, fmnist_cnn, float16 on disk
+    python tools/benchmarks/bench_state.py --clients 1000 --state-dir ''        # in RAM
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 
 def status_kb() -> dict[str, int]:
