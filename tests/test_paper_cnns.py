@@ -147,10 +147,12 @@ def test_papers_models_pass_the_model_check_on_the_papers_inputs(case: str) -> N
     assert not torch.equal(*weights)
 
 
-@pytest.mark.parametrize("model", [VGG_VEC, PQFED_TINY], ids=["vgg19", "pqfed_cnn"])
+@pytest.mark.parametrize("model", [pytest.param(VGG_VEC, marks=pytest.mark.slow), PQFED_TINY],
+                         ids=["vgg19", "pqfed_cnn"])
 def test_vectorised_clients_match_the_loop(model: dict) -> None:
     """tests/test_vectorized.py's check on the two new models (VGG: batch-norm statistics per client, float64 as
-    there; see its batch-norm test for why)."""
+    there; see its batch-norm test for why). VGG's is slow (~10 s of CPU): the model check's probe covers its stacked
+    forward and backward in the default suite."""
     p = _prepare(**{"data.name": "digits", "partition.num_clients": 24, **model}, **SGD,
                  **{"federation.batch_size": 12, "fabric.precision": "64-true"})
     jobs = _jobs(p)
