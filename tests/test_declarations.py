@@ -153,14 +153,14 @@ def test_fedrep_unseen_clients_are_scored_with_the_trained_clients_ensemble():
     from flplat.engine.executor import LocalExecutor
     from flplat.experiment import prepare
 
-    over = cf.tiny_overrides(**{"algorithm.name": "fedrep", "partition.name": "shift", "partition.shift_type": "label",
-                                "partition.shift_level": 1, "partition.num_unseen_clients": 4,
+    over = cf.tiny_overrides(**{"algorithm.name": "fedrep", "partition.name": "shift", "partition.type": "label",
+                                "partition.level": 1, "partition.num_unseen_clients": 4,
                                 "partition.samples_per_client": 60})
     p = prepare(load_config(None, [o for o in over if not o.startswith(("partition.alpha", "partition.min_samples"))]))
     ex = LocalExecutor(p.trainer, p.data, 0)
     s = p.strategy
     state = s.init_state(p.init_weights, np.random.default_rng(0), ex)
-    mask = state.extra["head_mask"]
+    mask = state.method.head_mask
     c = p.data.num_classes
     d = int(mask.sum()) // c - 1  # head: weight (C, D) then bias (C)
 

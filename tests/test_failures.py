@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flplat.algorithms.base import ClientPlan
+from flplat.api import ClientPlan
 from flplat.engine.failures import FailureModel, reject_nonfinite
 from flplat.errors import RunFailed
 from flplat.experiment import run
@@ -41,7 +41,7 @@ def test_failure_draws_are_seeded_and_counted():
 
 
 def test_nonfinite_updates_are_rejected():
-    from flplat.algorithms.base import ClientResult
+    from flplat.api import ClientResult
 
     rs = [ClientResult(0, torch.ones(3), 5, 0.1), ClientResult(1, torch.tensor([1.0, float("nan"), 0.0]), 5, 0.1),
           ClientResult(2, torch.tensor([float("inf"), 0.0, 0.0]), 5, 0.1), ClientResult(1, torch.ones(3), 5, 0.1)]

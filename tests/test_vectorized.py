@@ -15,11 +15,10 @@ from conftest import tiny_overrides
 from lightning.fabric import Fabric
 from lightning.fabric.plugins.precision import MixedPrecision
 
-from flplat.algorithms.base import ClientPlan, LocalHook
-from flplat.algorithms.fedprox import ProximalTerm
+from flplat.api import ClientPlan, LocalHook, ProximalTerm
 from flplat.engine.client import ClientTrainer
+from flplat.engine.executor import LocalExecutor
 from flplat.engine.optim import FunctionalOptimizer
-from flplat.engine.orchestrator import LocalExecutor
 from flplat.engine.vectorized import VectorizedTrainer
 from flplat.errors import ConfigError
 from flplat.experiment import load_config, prepare, run

@@ -62,9 +62,18 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.api import ClientPlan, EvalModels, LocalHook, ServerState, Strategy, register_algorithm
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import stack, weighted_mean
+from flplat.api import (
+    ClientPlan,
+    ConfigError,
+    EvalModels,
+    LocalHook,
+    ServerState,
+    Strategy,
+    param_choice,
+    register_algorithm,
+    stack,
+    weighted_mean,
+)
 
 WEIGHTING = ("uniform", "samples")
 INNER_BATCH = ("same", "fresh")

@@ -423,7 +423,7 @@ def _ending(finish):
 
 
 def _client(cfg):
-    from flplat.tracking.runs import open_client, store_uris
+    from flplat.tracking.store import open_client, store_uris
 
     uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir, cfg.tracking.artifact_root)
     client = open_client(uri)
@@ -442,7 +442,7 @@ def _parent_run(cfg, name: str, kind: str, description: str = "", identity: str 
     study (tag ``flplat.study_key``: its hash): the same command run again after an interruption re-opens the
     interrupted parent (KILLED, FAILED, or RUNNING without heartbeat) instead of creating one, so its finished
     runs are kept and its interrupted ones resumed (:func:`flplat.experiment.run_or_resume`)."""
-    from flplat.tracking.runs import STUDY_KEY_TAG, reopen_parent
+    from flplat.tracking.resume import STUDY_KEY_TAG, reopen_parent
 
     client, exp_id = _client(cfg)
     key = study_key(identity) if identity else None
@@ -598,7 +598,7 @@ def _finished_child(base, parent: str, cfg) -> tuple[str, dict[str, float], dict
     """(run id, last round's metrics as logged, tags) of the newest FINISHED run of ``cfg`` under ``parent``, or
     None."""
     from flplat.config_io import config_key
-    from flplat.tracking.runs import CONFIG_KEY_TAG, runs_by_key
+    from flplat.tracking.resume import CONFIG_KEY_TAG, runs_by_key
 
     client, exp_id = _client(base)
     done = [r for r in runs_by_key(client, exp_id, CONFIG_KEY_TAG, config_key(cfg), parent)

@@ -82,10 +82,9 @@ def write_plan(args, path: Path) -> None:
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from flplat.algorithms.base import sample_uniform
+    from flplat.api import derive_seed, sample_uniform
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
-    from flplat.engine.state import derive_seed
     from flplat.experiment import load_config
 
     cfg = load_config(None, flplat_overrides(args))

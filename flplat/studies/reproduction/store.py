@@ -124,8 +124,7 @@ class Store:
     def __init__(self, experiment: str, store_dir: str):
         from mlflow.tracking import MlflowClient
 
-        from flplat.tracking.runs import store_uris
-        from flplat.tracking.store import reachable_uri
+        from flplat.tracking.store import reachable_uri, store_uris
 
         reachable_uri(None, store_dir)  # one short probe, before MLflow retries an unreachable server for minutes
         uri, artifacts = store_uris(None, store_dir)
