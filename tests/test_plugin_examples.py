@@ -13,9 +13,8 @@ import sys
 import textwrap
 
 import pytest
-from test_plugins import EXAMPLE, _env, _flplat, _runs
-
 from conftest import REPO
+from test_plugins import EXAMPLE, _env, _flplat, _runs
 
 FAST_PROPS = "registry,smoke,determinism,checkpoint,vectorize,failures,invalid_config,declarations,evaluation"
 # digits under Flux's label shift: 8 training clients from 4 planted distributions, 2 unseen test-only clients
@@ -32,25 +31,37 @@ def _python(code: str, timeout=300) -> str:
     return p.stdout
 
 
-def _federation(tmp_path, *overrides) -> tuple[list[dict], dict, object]:
-    """A tracked 2-round run on digits in a subprocess: its per-round metrics, its state's method fields, its run."""
-    store = tmp_path / "store"
-    args = [*DIGITS, *overrides, f"tracking.store_dir={store}"]
+RUNS = {"localhead": ["algorithm.name=localhead"],
+        "localhead_na": ["algorithm.name=localhead", "algorithm.unseen=not_applicable"],
+        "oneshot_kmeans": ["algorithm.name=oneshot_kmeans", "algorithm.num_clusters=2"]}
+
+
+@pytest.fixture(scope="module")
+def federations(tmp_path_factory) -> dict[str, tuple[list[dict], dict, object]]:
+    """Tracked 2-round runs on digits, all in one subprocess: per run its per-round metrics, fields of its final
+    state, and its MLflow run."""
+    root = tmp_path_factory.mktemp("federations")
+    args = {key: [*DIGITS, *over, f"tracking.store_dir={root / key}"] for key, over in RUNS.items()}
     out = _python(f"""
         import json
         import flplat_example_plugin.clustered, flplat_example_plugin.personal
         from flplat.experiment import load_config, run
-        s = run(load_config(None, {args!r}), progress=False)[0]
-        st = s.state
-        extra = {{"assignment": None if st.assignment is None else st.assignment.tolist(),
-                  "joined": st.method.joined.tolist() if hasattr(st.method, "joined") else None,
-                  "method": type(st.method).__name__}}
-        print(json.dumps([s.history, extra]))
-    """)
-    history, extra = json.loads(out.strip().splitlines()[-1])
-    (r,) = _runs(store)
-    assert r.info.status == "FINISHED"
-    return history, extra, r
+        out = {{}}
+        for key, args in {args!r}.items():
+            st = (s := run(load_config(None, args), progress=False)[0]).state
+            out[key] = [s.history, {{"assignment": None if st.assignment is None else st.assignment.tolist(),
+                                     "joined": getattr(st.method, "joined", None) is not None
+                                               and st.method.joined.tolist() or None,
+                                     "method": type(st.method).__name__}}]
+        print(json.dumps(out))
+    """, timeout=600)
+    got = json.loads(out.strip().splitlines()[-1])
+    result = {}
+    for key, (history, extra) in got.items():
+        (r,) = _runs(root / key)
+        assert r.info.status == "FINISHED"
+        result[key] = (history, extra, r)
+    return result
 
 
 @pytest.mark.parametrize("name,module", [("localhead", "personal"), ("oneshot_kmeans", "clustered")])
@@ -130,11 +141,11 @@ def test_oneshot_kmeans_clusters_the_updates_of_round_w_by_hand():
     assert out[2] == "[4.75, 2.0] 1.33333"
 
 
-def test_localhead_on_digits_scores_unseen_clients_with_the_stated_model(tmp_path):
+def test_localhead_on_digits_scores_unseen_clients_with_the_stated_model(federations):
     """2 rounds on digits with 2 unseen clients: personal models for the training clients, no pooled global accuracy
     (no global model), the unseen clients scored with the declared model, which the run records; with
     ``algorithm.unseen=not_applicable`` no test-phase number and the reason recorded instead."""
-    history, extra, run = _federation(tmp_path / "a", "algorithm.name=localhead")
+    history, extra, run = federations["localhead"]
     last = history[-1]
     assert len(history) == 2 and extra["method"] == "LocalHeadState"
     assert "test_phase_accuracy" in last and 0 <= last["test_phase_accuracy"] <= 1
@@ -142,15 +153,15 @@ def test_localhead_on_digits_scores_unseen_clients_with_the_stated_model(tmp_pat
     assert last["bytes_up"] == history[0]["bytes_up"] > 0
     assert run.data.tags["flplat.eval.seen_model"] == "personal"
     assert run.data.tags["flplat.eval.unseen_model"].startswith("client_ensemble: the equally weighted prediction")
-    history, _, run = _federation(tmp_path / "b", "algorithm.name=localhead", "algorithm.unseen=not_applicable")
+    history, _, run = federations["localhead_na"]
     assert "test_phase_accuracy" not in history[-1] and "known_association_accuracy" in history[-1]
     assert run.data.tags["flplat.eval.unseen_model"].startswith("not_applicable: a client without a head")
 
 
-def test_oneshot_kmeans_on_digits_logs_tau_ari_cluster_accuracies_and_late_joiners(tmp_path):
+def test_oneshot_kmeans_on_digits_logs_tau_ari_cluster_accuracies_and_late_joiners(federations):
     """2 rounds on digits (4 planted distributions), W = 1: round 1 clusters its 4 participants (tau, ARI over them,
     per-cluster accuracy), round 2's new clients join late by lowest loss; unseen clients get the ensemble."""
-    history, extra, run = _federation(tmp_path, "algorithm.name=oneshot_kmeans", "algorithm.num_clusters=2")
+    history, extra, run = federations["oneshot_kmeans"]
     first, last = history
     for m in (first, last):
         assert m["tau"] == 2.0 and "ari" in m and "cluster_accuracy_0" in m and "cluster_accuracy_1" in m
