@@ -1,4 +1,4 @@
-"""The personalised and the clustered method of the example plugin (docs/extending.md §6 and §7): each passes
+"""The personalised and the clustered method of the example plugin (docs/extending.md §5 and §6): each passes
 ``flplat check``, runs a 2-round federation on ``digits`` with the metrics its section promises, and joins a
 reproduced table beside a paper's methods; their server steps are checked by hand on tiny tensors.
 
