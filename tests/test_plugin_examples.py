@@ -64,20 +64,36 @@ def federations(tmp_path_factory) -> dict[str, tuple[list[dict], dict, object]]:
     return result
 
 
-@pytest.mark.parametrize("name,module", [("localhead", "personal"), ("oneshot_kmeans", "clustered")])
-def test_each_example_passes_flplat_check(name, module):
-    """The in-process properties of the registry-wide conformance test (tests/test_algorithms.py); the 2-process and
-    kill + resume ones ran by hand (docs/extending.md quotes them) and are in the slow suite for the built-ins."""
-    out = _flplat(["check", name, "--plugin", f"flplat_example_plugin.{module}", "--only", FAST_PROPS,
-                   "fabric.num_threads=1"], EXAMPLE, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == 9 and all(line.startswith("PASS") for line in lines), out.stdout
-    evaluation = next(line for line in lines if line.split()[1] == "evaluation")
-    if name == "localhead":
-        assert "trained personal models; unseen clients: client_ensemble" in evaluation
-    else:
-        assert "trained cluster models, 2 cluster model(s); unseen clients: cluster_ensemble" in evaluation
+def test_both_examples_pass_the_conformance_properties():
+    """``flplat check``'s in-process properties, those the registry-wide conformance test holds every built-in to
+    (tests/test_algorithms.py), on both examples in one process; the 2-process and kill + resume ones passed by hand
+    (docs/extending.md) and run for the built-ins in the slow suite."""
+    out = _python(f"""
+        import flplat_example_plugin.clustered, flplat_example_plugin.personal
+        from flplat.studies.conformance import check
+        for name in ("localhead", "oneshot_kmeans"):
+            for r in check(name, ["fabric.num_threads=1"], only={FAST_PROPS.split(",")!r}):
+                print(name, r.line())
+    """, timeout=600)
+    lines = [line for line in out.splitlines() if line.startswith(("localhead ", "oneshot_kmeans "))]
+    assert len(lines) == 18 and all(line.split(maxsplit=1)[1].startswith("PASS") for line in lines), out
+    evaluation = {line.split()[0]: line for line in lines if line.split()[2] == "evaluation"}
+    assert "trained personal models; unseen clients: client_ensemble" in evaluation["localhead"]
+    assert ("trained cluster models, 2 cluster model(s); unseen clients: cluster_ensemble"
+            in evaluation["oneshot_kmeans"])
+
+
+def test_flplat_check_fails_the_personalised_example_without_its_eval_weights(tmp_path):
+    """The hook section 5 says a personalised method needs: without ``eval_weights`` the training clients are scored
+    with the body and the initial head, and ``flplat check`` says so."""
+    text = (EXAMPLE / "flplat_example_plugin" / "personal.py").read_text()
+    a, b = text.index("    def eval_weights(self, state, client):"), text.index("    def global_weights(self, state):")
+    (tmp_path / "broken_localhead.py").write_text(text[:a] + text[b:])
+    out = _flplat(["check", "localhead", "--plugin", "broken_localhead", "--only", "evaluation",
+                   "fabric.num_threads=1"], tmp_path, timeout=600)
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+    assert out.stdout.startswith("FAIL  evaluation      client 0 trained but is scored with a model no client "
+                                 "trained (its head.weight is the initial one)"), out.stdout
 
 
 def test_localhead_keeps_each_head_and_averages_the_bodies_by_hand():
