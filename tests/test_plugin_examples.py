@@ -60,8 +60,22 @@ def federations(tmp_path_factory) -> dict[str, tuple[list[dict], dict, object]]:
     for key, (history, extra) in got.items():
         (r,) = _runs(root / key)
         assert r.info.status == "FINISHED"
+        extra["artifacts"] = _artifacts(root / key, r.info.run_id)
         result[key] = (history, extra, r)
     return result
+
+
+def _artifacts(store, run_id: str) -> set[str]:
+    from mlflow.tracking import MlflowClient
+
+    from flplat.tracking.store import store_uris
+
+    client = MlflowClient(tracking_uri=store_uris(None, str(store))[0])
+    out, todo = set(), [None]
+    while todo:
+        for f in client.list_artifacts(run_id, todo.pop()):
+            (todo.append(f.path) if f.is_dir else out.add(f.path))
+    return out
 
 
 def test_both_examples_pass_the_conformance_properties():
@@ -166,6 +180,7 @@ def test_localhead_on_digits_scores_unseen_clients_with_the_stated_model(federat
     assert len(history) == 2 and extra["method"] == "LocalHeadState"
     assert "test_phase_accuracy" in last and 0 <= last["test_phase_accuracy"] <= 1
     assert "global_test_accuracy" not in last and "tau" not in last
+    assert "models/global.pt" not in extra["artifacts"] and "models/model.yaml" in extra["artifacts"]  # no global model
     assert last["bytes_up"] == history[0]["bytes_up"] > 0
     assert run.data.tags["flplat.eval.seen_model"] == "personal"
     assert run.data.tags["flplat.eval.unseen_model"].startswith("client_ensemble: the equally weighted prediction")
@@ -189,6 +204,8 @@ def test_oneshot_kmeans_on_digits_logs_tau_ari_cluster_accuracies_and_late_joine
     assert all((a >= 0) == (j > 0) for a, j in zip(extra["assignment"], joined))
     assert "test_phase_accuracy" in last and "global_test_accuracy" not in last
     assert run.data.tags["flplat.eval.unseen_model"].startswith("cluster_ensemble: ")
+    assert {"clustering/assignment.csv", "models/clusters.pt"} <= extra["artifacts"]
+    assert "models/global.pt" not in extra["artifacts"]
     metrics = run.data.metrics
     assert metrics["tau"] == 2.0 and "ari" in metrics and "late_joiners" in metrics
 
