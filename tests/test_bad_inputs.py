@@ -1,5 +1,5 @@
 """The remaining bad inputs of issue 13 (item 6): each ends with one line naming the key and the allowed values,
-exit status 2 and no MLflow run (the whole battery through the command: tools/bad_inputs.py)."""
+exit status 2 and no MLflow run (the whole battery through the command: tools/scripts/bad_inputs.py)."""
 
 from __future__ import annotations
 

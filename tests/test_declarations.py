@@ -357,8 +357,9 @@ def test_flux_test_phase_headers_name_each_rows_declared_model(register):
     t = {x.id: x for x in flux.TABLES}
     for tid in ("test_phase", "test_phase_fmnist", "officehome_test_phase"):
         text = t[tid].notes["reduced"]
-        assert "Unseen clients are scored with the model each method declares: FedAvg, pFedMe, APFL: the global " \
-               "model; IFCA, FedRC, FedEM, FeSEM, FedDrift, CFL: the ensemble of the cluster models" in text, tid
+        assert "Unseen clients are scored with the model each method declares: FedAvg, pFedMe, pFedMe (its paper's " \
+               "settings), APFL: the global model; IFCA, FedRC, FedEM, FeSEM, FedDrift, CFL: the ensemble of the " \
+               "cluster models" in text, tid
         assert "ATP, Flux, Flux + noise guard, Flux-prior: the model inferred at test time" in text
     assert "Unseen clients" not in t["known_association"].notes["reduced"]
     register(NoUnseenModel)

@@ -49,6 +49,20 @@ def test_nonfinite_updates_are_rejected():
     assert [r.client for r in kept] == [0] and rejected == 2  # client 1 fails as a whole (all its jobs)
 
 
+def test_finite_check_decides_by_the_sum_and_is_exact_where_the_sum_overflows(monkeypatch):
+    from flplat.engine.failures import all_finite
+
+    big = torch.full((4,), 3e38)  # finite, but the sum overflows to inf
+    assert all_finite(big) and all_finite(torch.zeros(0)) and all_finite(torch.ones(5, dtype=torch.float16) * 6e4)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        assert not all_finite(torch.tensor([1.0, bad, 2.0])) and not all_finite(torch.tensor([3e38, 3e38, bad]))
+    assert not all_finite(torch.tensor([float("inf"), -float("inf")]))
+    sizes, isfinite = [], torch.isfinite
+    monkeypatch.setattr(torch, "isfinite", lambda t: sizes.append(t.numel()) or isfinite(t))
+    assert all_finite(torch.ones(1000))
+    assert sizes == [1]  # a finite vector: one test of its sum, no element-wise pass
+
+
 def test_stragglers_do_less_work(tiny_cfg):
     s, _ = run(tiny_cfg(**{"federation.local_epochs": 4, "federation.rounds": 2, "federation.client_fraction": 1.0,
                            "federation.failures.straggler": 1.0}), progress=False)

@@ -1,6 +1,7 @@
-"""tools/gpu_check.py, the check a GPU machine runs first: on CPU at toy size (``--tiny``) every check passes or
-skips with its reason and the table is written, so the script cannot rot without a GPU; its harness goes on when
-one check fails, stops at its caps and the overall budget, and writes the docs section; its checks can fail."""
+"""tools/benchmarks/gpu_check.py, the check a GPU machine runs first: on CPU at toy size (``--tiny``) every check
+passes or skips with its reason and the table is written, so the script cannot rot without a GPU; its harness goes
+on when one check fails, stops at its caps and the overall budget, and writes the docs section; its checks can
+fail."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import numpy as np
 import pytest
 from conftest import REPO
 
+TOOL = REPO / "tools" / "benchmarks" / "gpu_check.py"
+
 
 @pytest.fixture(scope="module")
 def gc_mod():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "tools" / "gpu_check.py")
+    spec = importlib.util.spec_from_file_location("gpu_check", TOOL)
     mod = importlib.util.module_from_spec(spec)
     sys.modules["gpu_check"] = mod  # (dataclasses look their module up)
     spec.loader.exec_module(mod)
@@ -28,7 +31,7 @@ def gc_mod():
 def test_tiny_mode_passes_or_skips_every_check_and_writes_the_table(tmp_path):
     out = tmp_path / "out"
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, str(REPO / "tools" / "gpu_check.py"), "--tiny", "--out", str(out),
+    res = subprocess.run([sys.executable, str(TOOL), "--tiny", "--out", str(out),
                           "--budget-s", "400"], cwd=REPO, capture_output=True, text=True, timeout=900)
     took = time.monotonic() - t0
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -76,7 +79,7 @@ def test_one_check_failing_or_hanging_does_not_stop_the_others(gc_mod, tmp_path)
     m.run_check("a", breaks, ctx, rep, cap=30)
     m.run_check("b", hangs, ctx, rep, cap=0.5)
     m.run_check("c", passes, ctx, rep, cap=30)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 20  # not the 30 s the hanging check asks for (slack for a loaded machine)
     assert [(o.name, o.status) for o in rep.checks] == [("a[1]", "PASS"), ("a", "FAIL"), ("b", "FAIL"), ("c", "PASS")]
     assert rep.checks[1].detail.startswith("RuntimeError: broken here at test_gpu_check.py:")
     assert "its cap" in rep.checks[2].detail
@@ -97,7 +100,7 @@ def test_the_overall_budget_skips_instead_of_overrunning(gc_mod, tmp_path):
     nearly = m.Context("cpu", True, tmp_path, time.monotonic() + m.RESERVE_S + 1.0)
     t0 = time.monotonic()
     m.run_check("y", slow, nearly, rep, cap=30)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 20  # skipped at once, not after the check's 30 s
     assert [(o.name, o.status) for o in rep.checks] == [("x", "SKIP"), ("y", "SKIP")]
     assert all("overall budget" in o.detail for o in rep.checks)
 
@@ -131,7 +134,7 @@ def test_grid_goes_on_after_a_broken_cell_and_lists_what_the_budget_left_out(gc_
 def test_table_speed_up_and_docs_section(gc_mod, tmp_path):
     m = gc_mod
     rep = m.Report(None, {"device": "NVIDIA H100", "versions": "torch 2", "date": "2026-01-01", "commit": "abc",
-                          "command": "python tools/gpu_check.py", "budget_s": 480, "elapsed_s": 400,
+                          "command": "python tools/benchmarks/gpu_check.py", "budget_s": 480, "elapsed_s": 400,
                           "grid": {"q": 0.1, "samples": 50, "epochs": 1, "batch": 20, "timed_rounds": 3}})
     rep.checks.append(m.Outcome("quickstart[32-true]", m.PASS, "|Δ| 0.001"))
     rep.grid += [m.Cell("LeNet-5", 1000, "fedavg", "vectorised", 0.5, 200.0, 1234.0, 3, "fell back: a (b)"),
@@ -207,7 +210,7 @@ def test_checkpoint_check_fails_when_resume_loses_the_server_rng(gc_mod, tmp_pat
 
 
 def test_bad_arguments_exit_2(tmp_path):
-    tool = str(REPO / "tools" / "gpu_check.py")
+    tool = str(TOOL)
     for args, msg in ((["--only", "nope"], "--only='nope' is not valid"),
                       (["--budget-s", "0"], "--budget-s=0 is out of range"),
                       (["--tiny", "--write-docs"], "without --tiny")):
@@ -218,7 +221,7 @@ def test_bad_arguments_exit_2(tmp_path):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="with a GPU this would run the whole check")
 def test_without_cuda_and_without_tiny_one_line_and_exit_2(tmp_path):
-    res = subprocess.run([sys.executable, str(REPO / "tools" / "gpu_check.py"), "--out", str(tmp_path)], cwd=REPO,
+    res = subprocess.run([sys.executable, str(TOOL), "--out", str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         "gpu_check: no CUDA device is visible; allowed here: --tiny (CPU, toy sizes)"]
@@ -240,11 +243,12 @@ def test_checks_that_overrun_leave_the_grid_its_share_of_the_budget(gc_mod, tmp_
     monkeypatch.setattr(m, "RESERVE_S", 0.5)
     monkeypatch.setattr(m, "run_grid", lambda ctx, report: grid_left.append(ctx.left()))
     t0 = time.monotonic()
-    assert m.main(["--tiny", "--out", str(tmp_path), "--budget-s", "10", "--only", "a,grid"]) == 0
+    assert m.main(["--tiny", "--out", str(tmp_path), "--budget-s", "20", "--only", "a,grid"]) == 0
     took = time.monotonic() - t0
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     assert [(c["name"], c["status"]) for c in data["checks"]] == [("a", "SKIP")]
     assert "overall budget" in data["checks"][0]["detail"]
-    # the checks stop at CHECKS_SHARE x 10 s (less the reserve): the grid starts with the rest, 4 s
-    assert took < 10 * m.CHECKS_SHARE + 2
-    assert 10 * (1 - m.CHECKS_SHARE) - 1.5 < grid_left[0] < 10 * (1 - m.CHECKS_SHARE)
+    # the checks stop at CHECKS_SHARE x 20 s (less the reserve), not after the hanging check's 60 s: the grid
+    # starts with the rest, 9 s (slack for a loaded machine)
+    assert took < 20 * m.CHECKS_SHARE + 8
+    assert 20 * (1 - m.CHECKS_SHARE) - 4 < grid_left[0] < 20 * (1 - m.CHECKS_SHARE)

@@ -338,10 +338,10 @@ def test_ctrl_c_ends_a_stuck_process(mode, signals, rcs):
 
 @pytest.mark.slow
 def test_sigint_at_many_points_of_a_run_always_ends_it():
-    """tools/sigint_stress.py: SIGINT at start-up, mid-round, during the tracking writes; each run ends (exit 130)
-    within 40 s and is KILLED in the store (or was not created yet)."""
+    """tools/scripts/sigint_stress.py: SIGINT at start-up, mid-round, during the tracking writes; each run ends
+    (exit 130) within 40 s and is KILLED in the store (or was not created yet)."""
     for args in (["--delays", "0.5,2,4,6,8"], ["--after-round", "1", "--delays", "0,0.03,0.06,0.1,0.15,0.2,0.3"]):
-        p = subprocess.run([sys.executable, str(REPO / "tools" / "sigint_stress.py"), "--limit", "40", *args],
+        p = subprocess.run([sys.executable, str(REPO / "tools/scripts/sigint_stress.py"), "--limit", "40", *args],
                            env=ENV, capture_output=True, text=True, timeout=1200)
         assert p.returncode == 0, p.stdout + p.stderr
 

@@ -1,4 +1,4 @@
-"""docs/results.md's "Not run here" list (tools/results_not_run.py) against the reproduce registry."""
+"""docs/results.md's "Not run here" list (tools/generators/results_not_run.py) against the reproduce registry."""
 
 import importlib.util
 from pathlib import Path
@@ -7,7 +7,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def tool():
-    spec = importlib.util.spec_from_file_location("results_not_run", REPO / "tools" / "results_not_run.py")
+    spec = importlib.util.spec_from_file_location("results_not_run", REPO / "tools/generators/results_not_run.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

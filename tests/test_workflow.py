@@ -61,7 +61,7 @@ def test_ui_starts_mlflow_with_this_interpreter():
 
 @pytest.mark.slow
 def test_ui_serves_without_activated_venv(tmp_path):
-    sys.path.insert(0, str(REPO / "tools"))
+    sys.path.insert(0, str(REPO / "tools" / "scripts"))
     import ui_screenshot
 
     port = ui_screenshot.free_port()
@@ -76,7 +76,7 @@ def test_ui_serves_without_activated_venv(tmp_path):
 def test_browser_lands_on_runs_table(store, tmp_path):
     """Headless Chromium on `flplat ui`: the experiment page is the model-training runs table (the GenAI
     overview has no 'Run Name' column)."""
-    sys.path.insert(0, str(REPO / "tools"))
+    sys.path.insert(0, str(REPO / "tools" / "scripts"))
     import ui_screenshot
 
     browser = ui_screenshot.find_browser()

@@ -107,6 +107,10 @@ def add_reproduce(sub) -> None:
                     help="train again the runs whose finished run was made by other code (another flplat source or "
                          "plugin code, or before runs recorded their code); without it such runs are used, counted "
                          "and marked in the tables")
+    rp.add_argument("--import", dest="import_paths", action="append", default=[], metavar="PATH",
+                    help="first import the run records of PATH (a *_runs.jsonl file of --out, or a directory of them, "
+                         "e.g. docs/results/cafa/reproduce; repeatable) into the store as finished runs, so the grid "
+                         "skips and renders them; without PAPER only import")
     add_backend(rp)
     rp.add_argument("--print-jobs", nargs="?", const="lines", default=None, choices=("lines", "array"),
                     help="run nothing: print one command per unfinished run (e.g. for SLURM), or with 'array' a SLURM "
@@ -163,14 +167,24 @@ def _reproduce_command(args) -> str:
     return shlex.join(words)
 
 
+def _import(paths, store_dir: str, overrides) -> None:
+    from flplat.studies.reproduce import import_records
+
+    for line in import_records(paths, store_dir, overrides).lines:
+        print(line, file=sys.stderr)
+
+
 def cmd_reproduce(args) -> int:
     from flplat.studies.reproduce import PAPERS, RowsRefused, listing, reproduce
 
     if args.list:
         print(listing())
         return 0
+    if not args.paper and args.import_paths:  # only import (with a paper: after the grid's checks, then the grid)
+        _import(args.import_paths, args.store_dir, args.set)
+        return 0
     if not args.paper:
-        raise ConfigError(f"give a paper ({', '.join(PAPERS)}) or --list")
+        raise ConfigError(f"give a paper ({', '.join(PAPERS)}), --list or --import PATH")
 
     def names(text):
         return [x.strip() for x in text.split(",") if x.strip()] if text else None
@@ -184,6 +198,8 @@ def cmd_reproduce(args) -> int:
     if args.print_jobs:
         from flplat.studies.reproduce import job_commands
 
+        if args.import_paths:  # the jobs printed are those no imported record stands for
+            _import(args.import_paths, args.store_dir, args.set)
         print(job_commands(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells),
                            args.store_dir, args.set, args.print_jobs, args.baseline_seeds, _reproduce_command(args),
                            args.add_method, args.rerun_stale))
@@ -193,7 +209,8 @@ def cmd_reproduce(args) -> int:
     try:
         print(reproduce(args.paper, args.tables, args.scale, seeds, names(args.methods), names(args.cells),
                         args.jobs or 1, args.store_dir, args.set, args.out, args.results, _reproduce_command(args),
-                        args.baseline_seeds, args.render_only, args.add_method, backend, args.rerun_stale))
+                        args.baseline_seeds, args.render_only, args.add_method, backend, args.rerun_stale,
+                        args.import_paths))
     except RowsRefused as e:  # the tables, then one line per row without any run, exit 1
         print(e.text)
         for line in e.rows:

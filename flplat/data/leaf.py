@@ -19,7 +19,7 @@ sample, ~27 GiB in all, before the unused classes were dropped. Each file (LEAF 
 now parsed on its own, its pixels through one shared float object per distinct number (:class:`_FloatCache`),
 filtered to the kept classes into float32 arrays at once and dropped; the per-file arrays are then copied into the
 result one by one and freed. The peak is about the result (3 KiB per kept sample) plus one parsed file: 3.5 GiB
-for all 62 classes of a paper-size set, 1.6 GiB for ``a``-``j`` (README, "Data"; tools/make_leaf_femnist.py).
+for all 62 classes of a paper-size set, 1.6 GiB for ``a``-``j`` (README, "Data"; tools/generators/make_leaf_femnist.py).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ def retain_freed_memory(mib: int) -> bool:
     maps and zeroes page by page on first touch, then unmaps on free) and give the heap's free top back to the OS
     only once more than ``mib`` MiB are free there. A vectorised step's gradients are tens of MB each (50 clients
     × 0.8 MB for the FMNIST MLP) and glibc's defaults returned them to the OS every step: the kernel's page-fault
-    time was ~10 % of the round (tools/bench_vec_bound.py, "minor page faults"). Peak memory is unchanged; up to
-    ``mib`` MiB of freed memory stay with the process. No-op (False) for ``mib`` <= 0 and off glibc."""
+    time was ~10 % of the round (tools/benchmarks/bench_vec_bound.py, "minor page faults"). Peak memory is
+    unchanged; up to ``mib`` MiB of freed memory stay with the process. No-op (False) for ``mib`` <= 0 and off glibc."""
     global _retained_mib
     if mib <= 0 or not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return False

@@ -77,7 +77,7 @@ class VectorizedTrainer:
 
     The stacked parameters and optimizer state of a group are kept for the next group (the next round) while
     they take at most ``keep_mib`` MiB (``federation.vectorize_keep_mib``; 0: never): freshly allocated, every
-    round's tens of MB of them cost a page fault per 4 KiB page (measured by tools/bench_vec_bound.py: the
+    round's tens of MB of them cost a page fault per 4 KiB page (measured by tools/benchmarks/bench_vec_bound.py: the
     kernel's page-fault time was ~15 % of a vectorised round of the FMNIST MLP, K = 50 setting), reused they cost one
     overwrite. For the same reason ``keep_mib`` > 0 also lets the C allocator keep that much freed memory for the
     per-step gradients (:func:`retain_freed_memory`)."""

@@ -25,8 +25,8 @@ instead of O(m²·D)). ``k_max`` caps the candidates (None: the paper's ``K - 1`
 the same random subset of m rows (the paper's remark on very large federations) and ``jobs`` fits the candidates
 in that many worker processes (the same result: every candidate has its own seeded K-means). With the full scan the
 K-means fits dominate: K = 1,000 (j = 2..999, n_init = 10) took 305 CPU s against 2 s at K = 100
-(docs/performance.md, ``tools/bench_clustering.py``). Cluster ids are renumbered by first appearance (client 0 is
-in cluster 0).
+(docs/performance.md, ``tools/benchmarks/bench_clustering.py``). Cluster ids are renumbered by first appearance
+(client 0 is in cluster 0).
 """
 
 from __future__ import annotations

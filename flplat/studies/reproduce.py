@@ -100,9 +100,11 @@ from flplat.studies.reproduction.grid import (
     select,
     with_added,
 )
+from flplat.studies.reproduction.importing import import_records
 from flplat.studies.reproduction.jobs import job_commands
+from flplat.studies.reproduction.records import complete, record_stem, write_records
 from flplat.studies.reproduction.render import describe_metric, render_table, table_header, value_note, verdict
-from flplat.studies.reproduction.store import Store, compatible, run_params
+from flplat.studies.reproduction.store import NO_CONFIG, Store, compatible, run_params
 from flplat.studies.reproduction.values import (
     NOT_REPORTED,
     VALUES_DIR,
@@ -114,8 +116,8 @@ from flplat.studies.reproduction.values import (
 __all__ = [
     "PAPERS", "REPO", "SCALES", "NOT_REPORTED", "VALUES_DIR", "Backend", "Cell", "FigureContext", "Job", "LocalBackend",
     "Method", "Progress", "RayBackend", "RowsRefused", "Store", "Table", "check_paper_values", "compatible",
-    "config_key", "default_jobs", "derive", "derived_plan", "describe_metric", "job_commands", "listing",
-    "load_paper_values", "make_backend", "out_stem", "paper_module", "paper_tables", "paper_value",
+    "config_key", "default_jobs", "derive", "derived_plan", "describe_metric", "import_records", "job_commands",
+    "listing", "load_paper_values", "make_backend", "out_stem", "paper_module", "paper_tables", "paper_value",
     "parse_added_method", "per_table", "plan", "plot_cells", "plot_curves", "plot_series", "render_table", "reproduce",
     "resolve_scale", "run_grid", "run_params", "select", "table_header", "value_note", "verdict", "with_added",
 ]
@@ -137,15 +139,17 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
               store_dir: str = "mlruns", overrides: Sequence[str] = (), out_dir: str | None = None,
               results: str | None = None, command: str = "", baseline_seeds: int | None = None,
               render_only: bool = False, added: Sequence[str] = (), backend: Backend | None = None,
-              rerun_stale: bool = False) -> str:
+              rerun_stale: bool = False, records: Sequence[str] = ()) -> str:
     """Run (or continue) the paper's tables and return their markdown (also logged to each table's parent run and,
     with ``out_dir``, written there with the figures; with ``results``, each table's block in that document is
     replaced, see :mod:`flplat.studies.results_doc`, with ``command`` as the line that made it). ``added``: the
     user's methods, ``"NAME=key=value,..."`` each (:func:`parse_added_method`), run beside the paper's in every
     train table. ``backend``: where the runs run (default: :class:`LocalBackend` with ``n_jobs``;
     :class:`RayBackend`: Ray tasks). ``rerun_stale``: train again the jobs whose finished run comes from other code
-    (by default such runs are used, counted and marked). Raises :class:`RowsRefused` (with the tables) when every
-    run of some row of a train table was refused before it started."""
+    (by default such runs are used, counted and marked). ``records``: run records (files or directories of
+    ``--out``'s ``*_runs.jsonl``) imported into the store once the grid is checked, before it runs
+    (:func:`import_records`). Raises :class:`RowsRefused` (with the tables) when every run of some row of a train
+    table was refused before it started."""
     all_tables = paper_tables(paper)
     chosen = select(all_tables, list(tables), "tables", "id")
     extra = [parse_added_method(a) for a in added]
@@ -190,6 +194,11 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
             if extra:
                 print(f"{t.id}: an analysis table (no training): the added methods are not in it", file=sys.stderr)
             plans[t.id] = (sd, None, t_methods, t_cells)
+    if records:  # the chosen tables' own records first (and a derived table's parts'): they win disagreements
+        own = [*(t.id for t in chosen), *(p.id for t in chosen if t.kind == "derived"
+                                          for comps in t.parts_at(scale).values() for p, _ in comps)]
+        for line in import_records(records, store_dir, overrides, [record_stem(paper, i, scale) for i in own]).lines:
+            print(line, file=sys.stderr)
     backend = backend or LocalBackend(n_jobs)
     first = next((jobs[0] for _, jobs, *_ in plans.values() if jobs), None)
     if first is not None and not render_only:  # a cluster's workers must all see the store and the checkpoints
@@ -234,15 +243,15 @@ def _reproduce_tables(paper, chosen, plans, values, store, backend, o: _Options,
         try:
             got = Collected()
             if t.kind == "train":
-                got = collect_train(paper, t, jobs, store, parent, backend, o.render_only, o.rerun_stale, o.out_dir,
-                                    out_stem(paper, t.id, o.scale))
+                got = collect_train(paper, t, jobs, store, parent, backend, o.render_only, o.rerun_stale)
             elif t.kind == "derived":
                 got = collect_derived(paper, t, jobs, store, parent, backend, o.scale, sd, methods, cells,
-                                      o.render_only, o.rerun_stale, o.out_dir, out_stem(paper, t.id, o.scale))
+                                      o.render_only, o.rerun_stale)
             else:
                 got.ours, got.skips = collect_analysis(t, sd, cells, o.scale, store, parent)
             header = table_header(t, values, o.scale, note, sd, cells, methods, o.baseline_seeds,
-                                  (len(got.stale_ids), got.n_runs))
+                                  (len(got.stale_ids), got.n_runs,
+                                   sum(why == NO_CONFIG for why in got.stale_ids.values())))
             sel = methods if t.kind != "analysis" else [m for m in methods or [] if m not in added_names]
             text = render_table(t, values, got.ours, header, cells, sel or None, got.skips, got.stale)
             store.client.log_text(parent, text, f"reproduce/{t.id}.md")
@@ -261,9 +270,11 @@ def _reproduce_tables(paper, chosen, plans, values, store, backend, o: _Options,
 
 def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, parent: str, o: _Options,
              t_start: float, seeds: list, jobs: list, values: dict | None = None) -> None:
-    """A table's figure (logged to ``parent``; with ``--out`` written there beside the markdown; drawn from our
-    values, with the paper's numbers where it shows them) and its block in the ``--results`` document."""
+    """A table's figure (logged to ``parent``; with ``--out`` written there beside the markdown and the run records,
+    which carry what the figure read; drawn from our values, with the paper's numbers where it shows them) and its
+    block in the ``--results`` document."""
     stem = out_stem(paper, t.id, o.scale)
+    ctx = None
     if t.figure and got.ours:
         import tempfile
 
@@ -273,8 +284,9 @@ def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, pare
             Path(png).unlink(missing_ok=True)  # never log an earlier command's figure
             reported = {(c.id, m.name): paper_value(values or {}, t.id, c.id, m.name)[0] for c in t.cells
                         for m in t.methods}
-            t.figure(FigureContext(got.ours, o.scale, png, store.client, got.run_ids, seeds, jobs,
-                                   {k: v for k, v in reported.items() if v is not None}))
+            ctx = FigureContext(got.ours, o.scale, png, store.client, got.run_ids, seeds, jobs,
+                                {k: v for k, v in reported.items() if v is not None})
+            t.figure(ctx)
             if Path(png).is_file():
                 store.client.log_artifact(parent, png, "reproduce")
             else:  # e.g. Fig. 5 before any Clust-PSI-PFL run has finished
@@ -282,6 +294,10 @@ def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, pare
     if o.out_dir:
         Path(o.out_dir).mkdir(parents=True, exist_ok=True)
         (Path(o.out_dir) / f"{stem}.md").write_text(text)
+        if t.kind != "analysis":
+            write_records(o.out_dir, stem, complete(got.records, store.client, paper, o.scale,
+                                                    f"{paper}/{t.id}@{o.scale}", ctx.read if ctx else None,
+                                                    ctx.read_artifacts if ctx else None))
     if o.results:
         from flplat.studies.results_doc import run_seconds, timing_line, update_results
 
@@ -296,7 +312,7 @@ def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, pare
 def out_stem(paper: str, table: str, scale: str) -> str:
     """File name (without suffix) of a table's records under ``--out``: ``<paper>_<table>`` at the default scale
     (reduced), ``<paper>_<table>_<scale>`` at another, so one directory holds a table at several scales."""
-    return f"{paper}_{table}" if scale == "reduced" else f"{paper}_{table}_{scale}"
+    return record_stem(paper, table, scale)
 
 
 def listing() -> str:

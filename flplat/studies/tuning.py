@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from flplat.config_io import flatten
+from flplat.engine.failures import Diverged
 from flplat.errors import ConfigError, first_line
 from flplat.experiment import check_tracking, load_config
 from flplat.studies.study_plots import log_study_plots
@@ -223,7 +224,11 @@ class _Objective:
         if self.parent:
             over.append(f"tracking.parent_run_id={self.parent}")
         trial.set_user_attr(CODE_TAG, code)  # the code that makes its value (flplat.tracking.provenance)
-        summary, run_id = run_or_resume(load_config(self.config, over), progress=self.progress)  # continues one
+        try:
+            summary, run_id = run_or_resume(load_config(self.config, over), progress=self.progress)  # continues one
+        except Diverged as e:  # a result of the point (the grid goes on, nothing to retry): pruned, never the best
+            trial.set_user_attr("diverged", first_line(e))
+            raise optuna.TrialPruned(f"diverged: {first_line(e)}") from None
         if run_id:  # interrupted before
             trial.set_user_attr("mlflow_run_id", run_id)
         return summary.metrics[self.objective_key]
@@ -283,7 +288,7 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
     run again, and the new trial's value replaces theirs (:func:`best_trial`)."""
     import optuna
 
-    from flplat.studies.reproduction.execute import LocalBackend, Progress, Task
+    from flplat.studies.reproduction.execute import LocalBackend
 
     backend = backend or LocalBackend(1)
     base = load_config(config, overrides)  # validates the base config before anything is created
@@ -291,12 +296,7 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
         check_tracking(base.tracking)  # an unreachable server: one line, before the study exists
     algo = base.algorithm.name
     space = load_space(space_path, algo)
-    for key, spec in space.items():  # every value must be a valid override of the base config, before any trial
-        for value in spec if isinstance(spec, list) else (spec["low"], spec["high"]):
-            try:
-                load_config(config, [*overrides, f"{key}={_fmt(value)}"])
-            except ConfigError as e:
-                raise ConfigError(f"search space {key}={_fmt(value)}: {e}") from None
+    _check_space(config, overrides, space)
     backend.check_shared(base.tracking)
     check_shared_storage(storage, getattr(backend, "remote", False))
     storage_obj = make_storage(storage, base.tracking)
@@ -327,32 +327,65 @@ def tune(config: str, overrides: list[str], space_path: str, storage: str, study
 
     with _ending(lambda status: parent and _finish_parent(base, parent, study, status, code)), backend:
         if n_trials > 0 and backend.name == "local" and backend.workers == 1:
-            prog = Progress(n_trials, 0)
-
-            def trial_done(study, trial) -> None:  # one line per trial: done / total, elapsed, an estimate of the rest
-                secs = trial.duration.total_seconds() if trial.duration else 0.0
-                prog.line(f"tune trial {trial.number} {trial.state.name.lower()}", secs, trial.value)
-
-            _optimize(study, objective, n_trials, [trial_done])
-        elif n_trials > 0:  # workers on the shared storage, each its share of the trials (another sampler seed)
-            objective.progress = False
-            n_workers = min(n_trials, backend.slots() if hasattr(backend, "slots") else backend.workers)
-            shares = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
-            devices = int(base.fabric.devices) if str(base.fabric.devices).isdigit() else 1
-            tasks = [Task(_tune_worker, (storage, name, space, int(base.seed) + i, objective, k),
-                          f"tune worker {i}", i, devices, str(base.fabric.accelerator)) for i, k in enumerate(shares)]
-            for task, res, err in backend.run(tasks):
-                if err is not None:
-                    backend.report(task, err)
-                else:
-                    print(f"flplat tune: {task.label} ran {res} trial(s)", file=sys.stderr, flush=True)
-            backend.raise_failures()
+            _optimize_here(study, objective, n_trials)
+        elif n_trials > 0:
+            _optimize_on_workers(backend, base, storage, name, space, objective, n_trials)
     study = optuna.load_study(study_name=name, storage=storage_obj)  # what every worker added
+    return _tune_result(study, name, code, objective_key)
+
+
+def _check_space(config: str, overrides: list[str], space: dict[str, Any]) -> None:
+    """Every value of the search space (each grid value, each range's ends) must be a valid override of the base
+    config, before any trial: a bad one is one line naming the key."""
+    for key, spec in space.items():
+        for value in spec if isinstance(spec, list) else (spec["low"], spec["high"]):
+            try:
+                load_config(config, [*overrides, f"{key}={_fmt(value)}"])
+            except ConfigError as e:
+                raise ConfigError(f"search space {key}={_fmt(value)}: {e}") from None
+
+
+def _optimize_here(study, objective, n_trials: int) -> None:
+    """The trials in this process, one progress line per trial: done / total, elapsed, an estimate of the rest."""
+    from flplat.studies.reproduction.execute import Progress
+
+    prog = Progress(n_trials, 0)
+
+    def trial_done(study, trial) -> None:
+        secs = trial.duration.total_seconds() if trial.duration else 0.0
+        prog.line(f"tune trial {trial.number} {trial.state.name.lower()}", secs, trial.value)
+
+    _optimize(study, objective, n_trials, [trial_done])
+
+
+def _optimize_on_workers(backend, base, storage: str, name: str, space: dict[str, Any], objective,
+                         n_trials: int) -> None:
+    """The trials on the backend's workers over the shared storage, each worker its share of the trials and its
+    own sampler seed (the base seed + its index)."""
+    from flplat.studies.reproduction.execute import Task
+
+    objective.progress = False
+    n_workers = min(n_trials, backend.slots() if hasattr(backend, "slots") else backend.workers)
+    shares = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
+    devices = int(base.fabric.devices) if str(base.fabric.devices).isdigit() else 1
+    tasks = [Task(_tune_worker, (storage, name, space, int(base.seed) + i, objective, k),
+                  f"tune worker {i}", i, devices, str(base.fabric.accelerator)) for i, k in enumerate(shares)]
+    for task, res, err in backend.run(tasks):
+        if err is not None:
+            backend.report(task, err)
+        else:
+            print(f"flplat tune: {task.label} ran {res} trial(s)", file=sys.stderr, flush=True)
+    backend.raise_failures()
+
+
+def _tune_result(study, name: str, code: str, objective_key: str) -> dict[str, Any]:
+    """What :func:`tune` returns: the best trial of this code (or of other code when none), and the stale count."""
     best = best_trial(study, code)
     stale = stale_trials(study, code)
     return {"study": name, "trials": len(study.trials), "best_params": best.params if best else None,
             "best_value": best.value if best else None, "objective": objective_key, "stale_trials": len(stale),
-            "best_from_other_code": best is not None and best.number in {t.number for t in stale}}
+            "best_from_other_code": best is not None and best.number in {t.number for t in stale},
+            "diverged": [t.params for t in study.trials if "diverged" in t.user_attrs]}
 
 
 def _stale_note(study, code: str, rerun_stale: bool) -> int:
@@ -470,7 +503,7 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
     ``flplat.stale_runs``; with ``rerun_stale`` it is trained again (the old run is tagged
     ``flplat.superseded_by`` the new one)."""
     from flplat.config_io import config_key
-    from flplat.studies.reproduction.execute import LocalBackend, Progress, Task
+    from flplat.studies.reproduction.execute import LocalBackend, Task
 
     backend = backend or LocalBackend(1)
     base = load_config(config, overrides)
@@ -485,59 +518,80 @@ def sweep_seeds(config: str, overrides: list[str], seeds: list[int], progress: b
     identity = f"sweep {config_key(base)} seeds={','.join(map(str, seeds))}"
     parent = _parent_run(base, name, "seed-sweep", desc, identity) if base.tracking.enabled else None
     out: list[dict] = []
-
-    def finish(status: str) -> None:
-        if not parent:
-            return
-        client, _ = _client(base)
-        for key in ("global_accuracy", "ad", "sdad", "global_test_accuracy", "val_accuracy"):
-            vals = [o[key] for o in out if key in o]
-            if vals:
-                client.log_metric(parent, f"{key}_mean", statistics.fmean(vals))
-                client.log_metric(parent, f"{key}_std", statistics.pstdev(vals))
-        client.set_terminated(parent, status)
-
     replaced: dict[int, str] = {}  # seed -> its finished run of other code, trained again (--rerun-stale)
-    with _ending(finish), backend:
+    with _ending(lambda status: parent and _finish_sweep(base, parent, out, status)), backend:
+        show = progress and backend.name == "local" and backend.workers == 1
         tasks = []
         for s, cfg in zip(seeds, cfgs):
-            if parent:
-                cfg.tracking.parent_run_id = parent
-                done = _finished_child(base, parent, cfg)
-                why = done and other_code(CodeIdentity.from_tags(done[2]), code_identity(cfg))
-                if done is not None and why and rerun_stale:
-                    print(f"flplat sweep: seed {s}: its finished run {done[0]} came from {why}: trained again "
-                          "(--rerun-stale)", file=sys.stderr)
-                    replaced[s] = done[0]
-                elif done is not None:
-                    print(f"flplat sweep: seed {s} already finished (run {done[0]}), not trained again" +
-                          (f"; it came from {why}: --rerun-stale trains it again" if why else ""), file=sys.stderr)
-                    out.append({"seed": s, **done[1], **({"stale": why} if why else {})})
-                    continue
-            devices = int(cfg.fabric.devices) if str(cfg.fabric.devices).isdigit() else 1
-            show = progress and backend.name == "local" and backend.workers == 1
-            tasks.append(Task(_sweep_run, (cfg, show), f"seed {s}", s, devices, str(cfg.fabric.accelerator)))
-        prog = Progress(len(seeds), len(seeds) - len(tasks))
-        for task, res, err in backend.run(tasks):
-            if err is not None:
-                backend.report(task, err)
-                prog.done += 1
+            if parent and _seed_finished(base, parent, s, cfg, rerun_stale, out, replaced):
                 continue
-            metrics, run_id, secs = res
-            out.append({"seed": task.item, **metrics})
-            if task.item in replaced and run_id:
-                _client(base)[0].set_tag(replaced[task.item], "flplat.superseded_by", run_id)
-            if len(seeds) > 1:
-                prog.line(f"sweep {task.label}", secs, metrics.get("global_accuracy"))
+            devices = int(cfg.fabric.devices) if str(cfg.fabric.devices).isdigit() else 1
+            tasks.append(Task(_sweep_run, (cfg, show), f"seed {s}", s, devices, str(cfg.fabric.accelerator)))
+        _run_seeds(backend, tasks, base, seeds, out, replaced)
         out.sort(key=lambda o: seeds.index(o["seed"]))
-        stale = [o["seed"] for o in out if "stale" in o]
-        if stale:
-            print(f"flplat sweep: {len(stale)} of {len(seeds)} seeds' runs come from other code than this command's "
-                  f"(seeds {', '.join(map(str, stale))}): used; --rerun-stale trains them again", file=sys.stderr)
-        if parent:
-            _client(base)[0].set_tag(parent, "flplat.stale_runs", str(len(stale)))
+        _note_stale_seeds(base, parent, seeds, out)
         backend.raise_failures()
     return out
+
+
+def _finish_sweep(cfg, parent: str, out: list[dict], status: str) -> None:
+    """End the sweep's parent run with ``status``, after logging the mean / std over the seeds of its metrics."""
+    client, _ = _client(cfg)
+    for key in ("global_accuracy", "ad", "sdad", "global_test_accuracy", "val_accuracy"):
+        vals = [o[key] for o in out if key in o]
+        if vals:
+            client.log_metric(parent, f"{key}_mean", statistics.fmean(vals))
+            client.log_metric(parent, f"{key}_std", statistics.pstdev(vals))
+    client.set_terminated(parent, status)
+
+
+def _seed_finished(base, parent: str, seed: int, cfg, rerun_stale: bool, out: list[dict],
+                   replaced: dict[int, str]) -> bool:
+    """Put the seed's run under ``parent``; True when a finished run of it is there and used (its metrics added to
+    ``out``). A finished run of other code is used and said, or with ``rerun_stale`` noted in ``replaced`` and
+    trained again."""
+    cfg.tracking.parent_run_id = parent
+    done = _finished_child(base, parent, cfg)
+    why = done and other_code(CodeIdentity.from_tags(done[2]), code_identity(cfg))
+    if done is not None and why and rerun_stale:
+        print(f"flplat sweep: seed {seed}: its finished run {done[0]} came from {why}: trained again "
+              "(--rerun-stale)", file=sys.stderr)
+        replaced[seed] = done[0]
+    elif done is not None:
+        print(f"flplat sweep: seed {seed} already finished (run {done[0]}), not trained again" +
+              (f"; it came from {why}: --rerun-stale trains it again" if why else ""), file=sys.stderr)
+        out.append({"seed": seed, **done[1], **({"stale": why} if why else {})})
+        return True
+    return False
+
+
+def _run_seeds(backend, tasks: list, base, seeds: list[int], out: list[dict], replaced: dict[int, str]) -> None:
+    """Run the seeds' tasks on the backend, adding each one's last metrics to ``out`` (a failure is reported and
+    counted); a run that replaces one of other code tags the old run ``flplat.superseded_by`` the new one."""
+    from flplat.studies.reproduction.execute import Progress
+
+    prog = Progress(len(seeds), len(seeds) - len(tasks))
+    for task, res, err in backend.run(tasks):
+        if err is not None:
+            backend.report(task, err)
+            prog.done += 1
+            continue
+        metrics, run_id, secs = res
+        out.append({"seed": task.item, **metrics})
+        if task.item in replaced and run_id:
+            _client(base)[0].set_tag(replaced[task.item], "flplat.superseded_by", run_id)
+        if len(seeds) > 1:
+            prog.line(f"sweep {task.label}", secs, metrics.get("global_accuracy"))
+
+
+def _note_stale_seeds(base, parent: str | None, seeds: list[int], out: list[dict]) -> None:
+    """Say how many seeds' runs came from other code (stderr) and tag the parent ``flplat.stale_runs``."""
+    stale = [o["seed"] for o in out if "stale" in o]
+    if stale:
+        print(f"flplat sweep: {len(stale)} of {len(seeds)} seeds' runs come from other code than this command's "
+              f"(seeds {', '.join(map(str, stale))}): used; --rerun-stale trains them again", file=sys.stderr)
+    if parent:
+        _client(base)[0].set_tag(parent, "flplat.stale_runs", str(len(stale)))
 
 
 def _finished_child(base, parent: str, cfg) -> tuple[str, dict[str, float], dict[str, str]] | None:

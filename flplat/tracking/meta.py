@@ -81,14 +81,20 @@ def provenance_tags(params: dict[str, Any] | None = None) -> dict[str, str]:
     return code_identity(params).to_tags()
 
 
-def run_tags(params: dict[str, Any]) -> dict[str, str]:
-    """The fields of the run name as tags, plus the provenance tags."""
+def entry_tags(params: dict[str, Any]) -> dict[str, str]:
+    """The fields of the run name as tags (``algorithm``, ``dataset``, ``partition``, ``partition_param``,
+    ``seed``)."""
     tags = {"algorithm": str(params.get("algorithm.name")), "dataset": str(params.get("data.name")),
             "partition": str(params.get("partition.name")), "seed": str(params.get("seed"))}
     setting = partition_setting(params)
     if setting:
         tags["partition_param"] = f"{setting[0]}={setting[1]}"
-    return {**tags, **provenance_tags(params)}
+    return tags
+
+
+def run_tags(params: dict[str, Any]) -> dict[str, str]:
+    """The fields of the run name as tags, plus the provenance tags."""
+    return {**entry_tags(params), **provenance_tags(params)}
 
 
 class ResourceMeter:

@@ -91,30 +91,43 @@ def claim_unfinished(tracking_cfg, key: str, owner: str | None = None) -> tuple[
       (a retried Ray task), which count as interrupted.
 
     Every decision is said in one line on stderr."""
-    from flplat.engine import checkpoint
-
     uri, _ = store_uris(tracking_cfg.uri, tracking_cfg.store_dir, getattr(tracking_cfg, "artifact_root", None))
     client = open_client(uri)
     exp = client.get_experiment_by_name(tracking_cfg.experiment)
     if exp is None:
         return None, []
     runs = runs_by_key(client, exp.experiment_id, CONFIG_KEY_TAG, key, tracking_cfg.parent_run_id)
+    resume, resume_id, others = _pick_resume(tracking_cfg, runs, owner)
+    if resume_id:
+        _say(f"flplat: resuming run {resume_id} of this config after round {resume['round']} (its checkpoint)")
+    for r in others:
+        _supersede(client, r, resume_id, owner)
+    return resume, ([] if resume_id else [r.info.run_id for r in others])
+
+
+def _own_attempt(r, owner: str | None) -> bool:
+    """An earlier attempt of this task (its worker died): interrupted, however fresh its heartbeat."""
+    return bool(owner) and r.info.status == "RUNNING" and r.data.tags.get(OWNER_TAG) == owner
+
+
+def _pick_resume(tracking_cfg, runs: list, owner: str | None) -> tuple[dict | None, str | None, list]:
+    """(checkpoint payload, run id) of the newest interrupted run with a readable checkpoint (or None, None), and
+    the other unfinished runs, to be superseded; live RUNNING runs and superseded or finished ones are left out."""
+    from flplat.engine import checkpoint
+
     resume, resume_id, others = None, None, []
-
-    def mine(r) -> bool:  # an earlier attempt of this task (its worker died): interrupted, however fresh its beat
-        return bool(owner) and r.info.status == "RUNNING" and r.data.tags.get(OWNER_TAG) == owner
-
     for r in runs:
         if SUPERSEDED_TAG in r.data.tags or r.info.status not in ("KILLED", "FAILED", "RUNNING"):
             continue
-        if r.info.status == "RUNNING" and not is_stale(r) and not mine(r):
+        mine = _own_attempt(r, owner)
+        if r.info.status == "RUNNING" and not is_stale(r) and not mine:
             _say(alive_note(r, "run"))
             continue
-        if mine(r):
+        if mine:
             _say(f"flplat: run {r.info.run_id} is an earlier attempt of this task ({owner}) whose worker died")
         path = checkpoint_path(tracking_cfg, r.info.run_id)
         # (not a diverged one: it would diverge again)
-        if resume is None and (interrupted(r) or mine(r)) and path.is_file():
+        if resume is None and (interrupted(r) or mine) and path.is_file():
             try:
                 resume, resume_id = checkpoint.load(path), r.info.run_id
                 continue
@@ -122,24 +135,27 @@ def claim_unfinished(tracking_cfg, key: str, owner: str | None = None) -> tuple[
                 _say(f"flplat: checkpoint {path} of run {r.info.run_id} is unreadable ({type(e).__name__}: "
                      f"{str(e).strip()[:200]}); not resumed")
         others.append(r)
+    return resume, resume_id, others
+
+
+def _supersede(client, r, resume_id: str | None, owner: str | None) -> None:
+    """Tag an unfinished run ``flplat.superseded_by`` the resumed run (or "a new run ..."), say why in one line, and
+    end it KILLED (tag ``flplat.stale``) when it was left RUNNING."""
+    why = resume_id or "a new run (no checkpoint to resume: restarted from round 0)"
+    mine = _own_attempt(r, owner)
     if resume_id:
-        _say(f"flplat: resuming run {resume_id} of this config after round {resume['round']} (its checkpoint)")
-    for r in others:
-        why = resume_id or "a new run (no checkpoint to resume: restarted from round 0)"
-        if resume_id:
-            _say(f"flplat: older interrupted run {r.info.run_id} of this config is tagged {SUPERSEDED_TAG}="
-                 f"{resume_id}")
-        else:
-            state = ("was left RUNNING" + ("" if mine(r) else " (stale)") if r.info.status == "RUNNING"
-                     else f"ended {r.info.status}")
-            why_not = "diverged" if not (interrupted(r) or mine(r)) else "without a checkpoint to resume"
-            _say(f"flplat: run {r.info.run_id} of this config {state} {why_not}: a new run starts from round 0 (the "
-                 f"old one is tagged {SUPERSEDED_TAG})")
-        client.set_tag(r.info.run_id, SUPERSEDED_TAG, why)
-        if r.info.status == "RUNNING":
-            client.set_tag(r.info.run_id, "flplat.stale", "true")
-            client.set_terminated(r.info.run_id, "KILLED")
-    return resume, ([] if resume_id else [r.info.run_id for r in others])
+        _say(f"flplat: older interrupted run {r.info.run_id} of this config is tagged {SUPERSEDED_TAG}="
+             f"{resume_id}")
+    else:
+        state = ("was left RUNNING" + ("" if mine else " (stale)") if r.info.status == "RUNNING"
+                 else f"ended {r.info.status}")
+        why_not = "diverged" if not (interrupted(r) or mine) else "without a checkpoint to resume"
+        _say(f"flplat: run {r.info.run_id} of this config {state} {why_not}: a new run starts from round 0 (the "
+             f"old one is tagged {SUPERSEDED_TAG})")
+    client.set_tag(r.info.run_id, SUPERSEDED_TAG, why)
+    if r.info.status == "RUNNING":
+        client.set_tag(r.info.run_id, "flplat.stale", "true")
+        client.set_terminated(r.info.run_id, "KILLED")
 
 
 def agree(tracking_cfg, decide: Callable[[], tuple[dict | None, dict[str, str] | None]]

@@ -103,6 +103,10 @@ def turns(means: Sequence[float], ses: Sequence[float], k: float = TURN_SE) -> t
     return rises, falls
 
 
+FIG3_PROTOCOLS = (("alpha", "Dirichlet α"), ("S", "Similarity S"))
+FINDING_III = "(iii) EMD is non-monotonic in some settings (possibly equal values at distinct non-IID levels)"
+
+
 def fig3_findings(ours: dict[tuple[str, str], list[float]]) -> list[tuple[str, bool | None, str]]:
     """The paper's findings (i)-(iii) on Fig. 3, judged on the means over seeds of each protocol's cells:
 
@@ -111,12 +115,15 @@ def fig3_findings(ours: dict[tuple[str, str], list[float]]) -> list[tuple[str, b
     ``LINEAR_R`` under both; (iii) when EMD's curve is non-monotonic under at least one protocol: it both rises and
     falls between neighbouring cells by more than ``TURN_SE`` standard errors (HD's and JSD's turns are given
     beside it for contrast)."""
-    from scipy.stats import pearsonr, spearmanr
+    return [_finding_wpsi_decay(ours), _finding_linear(ours), _finding_emd_turns(ours)]
 
-    protocols = (("alpha", "Dirichlet α"), ("S", "Similarity S"))
-    out: list[tuple[str, bool | None, str]] = []
+
+def _finding_wpsi_decay(ours) -> tuple[str, bool | None, str]:
+    """(i): Spearman's ρ between the parameter and the mean WPSI, per protocol."""
+    from scipy.stats import spearmanr
+
     rhos, ev = [], []
-    for prefix, label in protocols:
+    for prefix, label in FIG3_PROTOCOLS:
         x, m, _ = curve(ours, prefix, "WPSI")
         if len(x) < 3:
             rhos.append(None)
@@ -124,11 +131,17 @@ def fig3_findings(ours: dict[tuple[str, str], list[float]]) -> list[tuple[str, b
         rho = float(spearmanr(x, m).statistic)
         rhos.append(rho)
         ev.append(f"{label}: Spearman ρ = {rho:+.3f}, WPSI {m[0]:.3g} at {x[0]:g} → {m[-1]:.3g} at {x[-1]:g}")
-    out.append(("(i) WPSI decreases as α and S grow, a pronounced decay under both protocols",
-                None if None in rhos else all(r <= DECAY_RHO for r in rhos),
-                "; ".join(ev) + f" (holds: ρ ≤ {DECAY_RHO} under both)"))
+    return ("(i) WPSI decreases as α and S grow, a pronounced decay under both protocols",
+            None if None in rhos else all(r <= DECAY_RHO for r in rhos),
+            "; ".join(ev) + f" (holds: ρ ≤ {DECAY_RHO} under both)")
+
+
+def _finding_linear(ours) -> tuple[str, bool | None, str]:
+    """(ii): Pearson's r between the mean WPSI and the mean HD, and the mean JSD, per protocol."""
+    from scipy.stats import pearsonr
+
     rs, ev = [], []
-    for prefix, label in protocols:
+    for prefix, label in FIG3_PROTOCOLS:
         _, w, _ = curve(ours, prefix, "WPSI")
         for q in ("HD", "JSD"):
             _, m, _ = curve(ours, prefix, q)
@@ -138,15 +151,18 @@ def fig3_findings(ours: dict[tuple[str, str], list[float]]) -> list[tuple[str, b
             r = float(pearsonr(w, m).statistic)
             rs.append(r)
             ev.append(f"{label} {q}: r = {r:.3f}")
-    out.append(("(ii) HD and JSD vary smoothly and approximately linearly with WPSI under both protocols",
-                None if None in rs or not rs else all(r >= LINEAR_R for r in rs),
-                "Pearson r between the means: " + ", ".join(ev) + f" (holds: r ≥ {LINEAR_R} for all four)"))
-    nonmono, ev = [], []
+    return ("(ii) HD and JSD vary smoothly and approximately linearly with WPSI under both protocols",
+            None if None in rs or not rs else all(r >= LINEAR_R for r in rs),
+            "Pearson r between the means: " + ", ".join(ev) + f" (holds: r ≥ {LINEAR_R} for all four)")
+
+
+def _finding_emd_turns(ours) -> tuple[str, bool | None, str]:
+    """(iii): EMD's turns (rises and falls beyond ``TURN_SE`` standard errors) per protocol; HD's and JSD's for
+    contrast. Needs at least 2 seeds per cell."""
     if min((len(v) for (_, r), v in ours.items() if r == "EMD"), default=0) < 2:
-        out.append(("(iii) EMD is non-monotonic in some settings (possibly equal values at distinct non-IID levels)",
-                    None, "needs at least 2 seeds per cell (a turn is measured in standard errors)"))
-        return out
-    for prefix, label in protocols:
+        return FINDING_III, None, "needs at least 2 seeds per cell (a turn is measured in standard errors)"
+    nonmono, ev = [], []
+    for prefix, label in FIG3_PROTOCOLS:
         parts = []
         for q in ("EMD", "HD", "JSD"):
             x, m, se = curve(ours, prefix, q)
@@ -155,20 +171,21 @@ def fig3_findings(ours: dict[tuple[str, str], list[float]]) -> list[tuple[str, b
             up, down = turns(m, se)
             if q == "EMD":
                 nonmono.append(up > 0 and down > 0)
-                if up and down:
-                    top = max(range(len(m)), key=m.__getitem__)
-                    parts.append(f"EMD rises {up}× and falls {down}× (peak {m[top]:.3f} at {x[top]:g}, "
-                                 f"{m[0]:.3f} at {x[0]:g}, {m[-1]:.3f} at {x[-1]:g})")
-                else:
-                    parts.append(f"EMD monotonic ({up} rises, {down} falls)")
+                parts.append(_emd_turn_note(x, m, up, down))
             else:
                 parts.append(f"{q} {'non-monotonic' if up and down else 'monotonic'}")
         if parts:
             ev.append(f"{label}: " + ", ".join(parts))
-    out.append(("(iii) EMD is non-monotonic in some settings (possibly equal values at distinct non-IID levels)",
-                any(nonmono) if nonmono else None,
-                "; ".join(ev) + f" (a turn: neighbouring means more than {TURN_SE:g} standard errors apart)"))
-    return out
+    return (FINDING_III, any(nonmono) if nonmono else None,
+            "; ".join(ev) + f" (a turn: neighbouring means more than {TURN_SE:g} standard errors apart)")
+
+
+def _emd_turn_note(x, m, up: int, down: int) -> str:
+    if not (up and down):
+        return f"EMD monotonic ({up} rises, {down} falls)"
+    top = max(range(len(m)), key=m.__getitem__)
+    return (f"EMD rises {up}× and falls {down}× (peak {m[top]:.3f} at {x[top]:g}, {m[0]:.3f} at {x[0]:g}, "
+            f"{m[-1]:.3f} at {x[-1]:g})")
 
 
 # ----------------------------------------------------------------------------------------------------- Fig. 4

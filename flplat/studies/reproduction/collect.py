@@ -13,12 +13,12 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from flplat.data.files import DataUnavailableError
 from flplat.data.splits import InfeasiblePartitionError
 from flplat.studies.reproduction.execute import run_grid, skip_reason, stale_runs
 from flplat.studies.reproduction.grid import Job, Table, select
+from flplat.studies.reproduction.records import failed_record, run_record
 from flplat.studies.reproduction.store import FAILED, Store
 
 
@@ -26,8 +26,9 @@ from flplat.studies.reproduction.store import FAILED, Store
 class Collected:
     """A table's values and what stands behind them, by (cell, method): our values over the seeds, the run ids, the
     seeds without a value with the reason (prefixed by its kind, :data:`flplat.studies.reproduction.render.KINDS`),
-    how many of the runs come from other code; the runs of other code (run id -> why), the number of distinct runs
-    and the lines of the rows every run of which was refused."""
+    how many of the runs come from other code; the runs of other code (run id -> why), the number of distinct runs,
+    the lines of the rows every run of which was refused, and the run records behind the table, (job, record) pairs
+    (:mod:`flplat.studies.reproduction.records`; written with ``--out`` once the figure has been drawn)."""
 
     ours: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     run_ids: dict[tuple[str, str], list[str]] = field(default_factory=dict)
@@ -36,25 +37,31 @@ class Collected:
     stale_ids: dict[str, str] = field(default_factory=dict)
     n_runs: int = 0
     refused: list[str] = field(default_factory=list)
+    records: list[tuple[Job, dict]] = field(default_factory=list)
+
+
+def job_metric(t: Table, cell: str, method: str) -> str:
+    """The metric a table reads of a job: its row's, else its cell's, else the table's."""
+    return next(m.metric for m in t.methods if m.name == method) or \
+        next(c.metric for c in t.cells if c.id == cell) or t.metric
 
 
 def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: str, n_jobs, render_only: bool,
-                  rerun_stale: bool, out_dir: str | None, stem: str) -> Collected:
-    """Run (or find) a train table's jobs (:func:`run_grid`) and collect what the table shows (:class:`Collected`);
-    with ``out_dir``, the raw per-run records behind the table as JSON lines ``<stem>_runs.jsonl`` (each with the
-    code that made its run and whether it is another code than its job's now)."""
+                  rerun_stale: bool) -> Collected:
+    """Run (or find) a train table's jobs (:func:`run_grid`) and collect what the table shows (:class:`Collected`),
+    with a run record per job that has a finished or failed run."""
     got = Collected()
     reasons: dict[str, str] = {}
     metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only, reasons, rerun_stale)
     got.stale_ids = stale_runs(jobs, metrics, store)
-    row_metric = {m.name: m.metric for m in t.methods}
-    col_metric = {c.id: c.metric for c in t.cells}
-    records, runs = [], set()
+    runs = set()
     for j in jobs:
         run_id, m = metrics.get(j.key, (None, {}))
-        where, metric = (j.cell, j.method), row_metric[j.method] or col_metric[j.cell] or t.metric
+        where, metric = (j.cell, j.method), job_metric(t, j.cell, j.method)
         if run_id is None and j.key in reasons:
             got.skips.setdefault(where, []).append((j.seed, reasons[j.key]))
+            if reasons[j.key].startswith(FAILED):
+                got.records.append((j, failed_record(j, metric, reasons[j.key][len(FAILED):])))
         if not run_id:
             continue
         runs.add(run_id)
@@ -65,32 +72,10 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
             got.stale[where] = got.stale.get(where, 0) + (run_id in got.stale_ids)
         else:  # finished without the value (e.g. a clustered method that never formed clusters): say why
             got.skips.setdefault(where, []).append((j.seed, store.no_value(run_id, metric)))
-        records.append(run_record(j, run_id, v, m, store, got.stale_ids))
+        got.records.append((j, run_record(j, run_id, metric, v, m, store, got.stale_ids)))
     got.n_runs = len(runs)
     got.refused = refused_rows(t, jobs, metrics, reasons)
-    if out_dir:  # the raw per-run records behind the table
-        write_records(out_dir, stem, records)
     return got
-
-
-def run_record(j: Job, run_id: str, value: float | None, metrics: dict[str, float], store: Store,
-               stale_ids: dict[str, str]) -> dict:
-    """The raw record of one job's run (a line of ``<stem>_runs.jsonl``): its table, cell, method and seed, the run,
-    its config hash, the value the table read and every metric, the code that made it and whether it is another
-    code than its job's now."""
-    code = store.codes.get(run_id)
-    return {"table": j.table, "cell": j.cell, "method": j.method, "seed": j.seed, "run_id": run_id,
-            "config_key": j.key, "value": value, "metrics": metrics, "code": code.to_dict() if code else None,
-            "stale": stale_ids.get(run_id)}
-
-
-def write_records(out_dir: str, stem: str, records: list[dict]) -> None:
-    """``records`` as JSON lines in ``<out_dir>/<stem>_runs.jsonl``."""
-    import json
-
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(out_dir) / f"{stem}_runs.jsonl", "w") as fh:
-        fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
 
 
 def refused_rows(t: Table, jobs: list[Job], metrics: dict, reasons: dict[str, str]) -> list[str]:

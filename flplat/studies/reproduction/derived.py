@@ -18,10 +18,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from flplat.studies.reproduction.collect import Collected, refused_rows, run_record, write_records
+from flplat.studies.reproduction.collect import Collected, job_metric, refused_rows
 from flplat.studies.reproduction.execute import run_grid, stale_runs
 from flplat.studies.reproduction.grid import Job, Table, plan, select
-from flplat.studies.reproduction.store import INCOMPLETE, Store
+from flplat.studies.reproduction.records import failed_record, run_record
+from flplat.studies.reproduction.store import FAILED, INCOMPLETE, Store
 
 NOT_RUN = "not run"
 
@@ -80,16 +81,16 @@ def incomplete(missing: list[tuple[str, str, str]], n: int) -> str:
 
 def collect_derived(paper: str, t: Table, jobs: list[Job], store: Store, parent: str, backend, scale: str,
                     seeds: Sequence[int], methods: Sequence[str] | None, cells: Sequence[str] | None,
-                    render_only: bool, rerun_stale: bool, out_dir: str | None, stem: str) -> Collected:
+                    render_only: bool, rerun_stale: bool) -> Collected:
     """Run (or find) the parts' jobs (:func:`run_grid`, under ``t``'s parent run) and collect what the derived table
     shows: per (cell, method) the per-seed means (:func:`derive`), the incomplete seeds with the missing parts, the
-    parts' runs and how many come from other code; with ``out_dir`` the parts' run records (``<stem>_runs.jsonl``)."""
+    parts' runs and how many come from other code, and the parts' run records."""
     got, reasons = Collected(), {}
     metrics = run_grid(paper, t, jobs, store, parent, backend, render_only, reasons, rerun_stale)
     got.stale_ids = stale_runs(jobs, metrics, store)
     parts = {c.id: t.parts_at(scale).get(c.id, []) for c in select(t.cells, cells, "cells", "id")}
     tables = {tbl.id: tbl for comps in parts.values() for tbl, _ in comps}
-    values, why, runs, records = _read_parts(jobs, metrics, reasons, tables, store, got.stale_ids)
+    values, why, runs, got.records = _read_parts(jobs, metrics, reasons, tables, store, got.stale_ids)
     names = [m.name for m in select(t.methods, methods, "methods", "name")]
     by_method = {n: sorted({j.seed for j in jobs if j.method == n}) or list(seeds) for n in names}
     for comps in parts.values():  # a method that is not a row of a part's table: that part has no value
@@ -110,8 +111,6 @@ def collect_derived(paper: str, t: Table, jobs: list[Job], store: Store, parent:
                                       if s not in incomplete_seeds)
     got.n_runs = len({r for rs in runs.values() for r in rs.values()})
     got.refused = refused_rows(t, jobs, metrics, reasons)
-    if out_dir:
-        write_records(out_dir, stem, records)
     return got
 
 
@@ -125,11 +124,12 @@ def _read_parts(jobs: list[Job], metrics: dict, reasons: dict[str, str], tables:
     records = []
     for j in jobs:
         tbl, where = tables[j.table], (j.table, j.cell, j.method)
-        metric = next(m.metric for m in tbl.methods if m.name == j.method) or \
-            next(c.metric for c in tbl.cells if c.id == j.cell) or tbl.metric
+        metric = job_metric(tbl, j.cell, j.method)
         run_id, m = metrics.get(j.key, (None, {}))
         if not run_id:
             why[(*where, j.seed)] = reasons.get(j.key, NOT_RUN)
+            if why[(*where, j.seed)].startswith(FAILED):
+                records.append((j, failed_record(j, metric, why[(*where, j.seed)][len(FAILED):])))
             continue
         runs.setdefault(where, {})[j.seed] = run_id
         v = store.value(run_id, m, metric)
@@ -137,5 +137,5 @@ def _read_parts(jobs: list[Job], metrics: dict, reasons: dict[str, str], tables:
             why[(*where, j.seed)] = store.no_value(run_id, metric)
         else:
             values.setdefault(where, {})[j.seed] = v
-        records.append(run_record(j, run_id, v, m, store, stale_ids))
+        records.append((j, run_record(j, run_id, metric, v, m, store, stale_ids)))
     return values, why, runs, records

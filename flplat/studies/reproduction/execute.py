@@ -30,7 +30,7 @@ from typing import Any
 from flplat.data.files import DataUnavailableError
 from flplat.errors import ConfigError, RunFailed
 from flplat.studies.reproduction.grid import Job, Table
-from flplat.studies.reproduction.store import OTHER_CODE, UNKNOWN_CODE, Store
+from flplat.studies.reproduction.store import NO_CONFIG, OTHER_CODE, UNKNOWN_CODE, Store
 
 OWNER_ENV = "FLPLAT_RUN_OWNER"  # set while a Ray task runs: the owner tag of its MLflow run (flplat.owner)
 RAY_INSTALL = 'pip install -e ".[ray]"'
@@ -404,9 +404,12 @@ def stale_runs(jobs: list[Job], done: dict[str, tuple], store: Store) -> dict[st
 
 def stale_line(table: str, stale: dict[str, str], total: int) -> str:
     """The line that says how many of a table's ``total`` finished runs come from other code."""
-    kinds = {k: sum(v == k for v in stale.values()) for k in (OTHER_CODE, UNKNOWN_CODE)}
+    kinds = {k: sum(v == k for v in stale.values()) for k in (OTHER_CODE, UNKNOWN_CODE, NO_CONFIG)}
     parts = [f"{n} {what}" for n, what in ((kinds[OTHER_CODE], "made by another flplat source or plugin code"),
-                                          (kinds[UNKNOWN_CODE], "made before runs recorded their code")) if n]
+                                          (kinds[UNKNOWN_CODE], "made before runs recorded their code"),
+                                          (kinds[NO_CONFIG], "imported from records without their config, matched "
+                                                             "to their job by table, cell, method, seed and scale"))
+             if n]
     return (f"{table}: {len(stale)} of {total} runs come from other code than this command's ({', '.join(parts)}): "
             "shown, marked in their cells; --rerun-stale trains them again")
 

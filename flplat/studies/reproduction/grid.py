@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from flplat.config_io import config_key
+from flplat.config_io import config_key, loggable
 from flplat.errors import ConfigError
 from flplat.tracking.provenance import CodeIdentity, code_identity
 
@@ -69,9 +69,27 @@ class FigureContext:
     seeds: list[int] = field(default_factory=list)  # the seeds the table ran (an analysis figure draws the first)
     jobs: list[Job] = field(default_factory=list)  # a train table's runs as planned (their configs: --set included)
     paper: dict[tuple[str, str], float] = field(default_factory=dict)  # (cell, method) -> the paper's mean
+    # what the figure read of each run (run id -> metric histories, artifact paths): the run records (``--out``)
+    # carry exactly these, so the figure can be drawn again from records imported elsewhere
+    read: dict[str, set[str]] = field(default_factory=dict)
+    read_artifacts: dict[str, set[str]] = field(default_factory=dict)
 
     def history(self, run_id: str, metric: str) -> list[tuple[int, float]]:
+        """The per-round values (step, value) a run logged of ``metric``."""
+        self.read.setdefault(run_id, set()).add(metric)
         return sorted((m.step, m.value) for m in self.client.get_metric_history(run_id, metric))
+
+    def artifact(self, run_id: str, path: str) -> str | None:
+        """The text of a run's artifact ``path`` (e.g. ``clients/final_client_metrics.csv``), None when the run has
+        none (a run of an older flplat)."""
+        import tempfile
+
+        self.read_artifacts.setdefault(run_id, set()).add(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                return Path(self.client.download_artifacts(run_id, path, tmp)).read_text()
+            except Exception:  # noqa: BLE001 - MLflow raises several kinds for an absent artifact
+                return None
 
 
 @dataclass
@@ -224,6 +242,18 @@ class Job:
     overrides: list[str]
     key: str  # hash of the resolved config
     code: CodeIdentity | None = None  # the code that would make its run now (flplat.tracking.provenance)
+    # the resolved config as runs log it (:func:`flplat.config_io.loggable`) without ``tracking`` (this machine's
+    # store): what its run record carries (:mod:`flplat.studies.reproduction.records`)
+    resolved: dict | None = field(default=None, repr=False, compare=False)
+    member: str | None = None  # the member of a pooled cell (``Cell.members``) it runs, None in a plain cell
+
+
+def record_config(cfg) -> dict:
+    """``cfg`` as a run record carries it: :func:`~flplat.config_io.loggable` (environment lookups unresolved)
+    without ``tracking`` (where this machine stores runs; :func:`~flplat.config_io.config_key` leaves it out too)."""
+    d = loggable(cfg)
+    d.pop("tracking", None)
+    return d
 
 
 def select(items, names: Sequence[str] | None, what: str, attr: str):
@@ -299,5 +329,6 @@ def plan(paper: str, table: Table, scale: str, seeds: Sequence[int], methods, ce
                 config = m.config or p.config or c.config
                 path = str(REPO / config) if config else None
                 cfg = load_config(path, over)
-                jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg), code_identity(cfg)))
+                jobs.append(Job(table.id, c.id, m.name, s, path, over, config_key(cfg), code_identity(cfg),
+                                record_config(cfg), p.id if p is not c else None))
     return jobs

@@ -255,10 +255,10 @@ def _cells_text(tbl: Table, cids: list[str]) -> str:
 
 
 def table_header(t: Table, values: dict, scale: str, note: str, sd: Sequence[int], cells, methods,
-                 baseline_seeds: int | None, stale: tuple[int, int] = (0, 0)) -> str:
+                 baseline_seeds: int | None, stale: tuple[int, ...] = (0, 0)) -> str:
     """The lines above a table: the paper's source, the scale's reductions, the seeds, substitutes and cell notes,
     which number each cell holds (:func:`value_note`), and how many of its runs come from other code (``stale``:
-    (runs of other code, runs))."""
+    (runs of other code, runs[, of those the runs imported from records without their config]))."""
     src = values.get("tables", {}).get(t.id, {}).get("source", "")
     subs = [t.substitute] if t.substitute else [f"{c.id}: {c.substitute}" for c in t.cells if c.substitute]
     seeds_note = ", ".join(map(str, sd))
@@ -268,11 +268,13 @@ def table_header(t: Table, values: dict, scale: str, note: str, sd: Sequence[int
                        "methods (CPU time)")
     cell_notes = [f"{c.id}: {c.note}" for c in select(t.cells, cells, "cells", "id") if c.note]
     added = [f"{m.name} ({' '.join(m.overrides)})" for m in t.methods if m.added]
-    n_stale, n_runs = stale
+    n_stale, n_runs, n_no_config = (*stale, 0)[:3]
+    no_config = (f", {n_no_config} of them imported from records without their config, matched to their job by "
+                 "table, cell, method, seed and scale" if n_no_config else "")
     return (f"Paper: {src}. Scale `{scale}`: {note}. Seeds: {seeds_note}." +
             (f" The paper's dataset differs ({'; '.join(subs)}): only its claim is judged." if subs else "") +
             (f" Per cell: {'; '.join(cell_notes)}." if cell_notes else "") +
             (f" Added methods (not in the paper, no paper value): {'; '.join(added)}." if added else "") +
             f" {value_note(t, cells, methods, scale)}" +
-            (f" Code: {n_stale} of {n_runs} runs come from other code than this command's (their cells say how "
-             "many; `--rerun-stale` trains them again)." if n_stale else ""))
+            (f" Code: {n_stale} of {n_runs} runs come from other code than this command's{no_config} (their "
+             "cells say how many; `--rerun-stale` trains them again)." if n_stale else ""))

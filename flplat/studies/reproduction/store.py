@@ -34,6 +34,10 @@ INCOMPLETE = "incomplete: "
 CLUSTERING_METRICS = ("tau", "ari")
 OTHER_CODE = "other code"  # a finished run made by other code than this command's (flplat.tracking.provenance)
 UNKNOWN_CODE = "unknown code"  # one logged before runs recorded their code
+# one imported from a run record that carried no config (:mod:`.importing`): matched to its job by table, cell,
+# method, seed and scale; its code is unknown
+NO_CONFIG = "unknown code, imported without its config"
+NO_CONFIG_TAG = "flplat.import.no_config"
 
 # Keys added with a default that changes what a run does (where the condition's params hold): a run made before the
 # key existed ran with the value given here, so it stands for a new run only when the new run asks for that value.
@@ -72,6 +76,15 @@ def _legacy(key: str, params: dict[str, str], default: str | None) -> str | None
         if all(params.get(k) == v for k, v in cond.items()):
             return value
     return default
+
+
+def legacy_overrides(recorded: dict[str, str]) -> list[str]:
+    """``key=value`` for each key of :data:`LEGACY_VALUES` that a run's recorded config (``recorded``: its params,
+    dotted keys, string values) lacks while the key's condition holds: the value the earlier flplat that made the run
+    ran with, so that a record of it is keyed as what it computed, not as today's default
+    (:mod:`flplat.studies.reproduction.importing`)."""
+    return [f"{k}={v}" for k, (v, cond) in LEGACY_VALUES.items()
+            if k not in recorded and all(recorded.get(c) == w for c, w in cond.items())]
 
 
 def run_params(cfg) -> dict[str, str]:
@@ -118,6 +131,7 @@ class Store:
         self.client = MlflowClient(tracking_uri=uri)
         # run id -> the code that made it (None: not recorded), for the runs read back and the runs made now
         self.codes: dict[str, CodeIdentity | None] = {}
+        self.no_config: set[str] = set()  # the runs imported from records without a config (NO_CONFIG)
         self.replaced: dict[str, str] = {}  # config hash -> the run of other code a job runs again (--rerun-stale)
         exp = self.client.get_experiment_by_name(experiment)
         self.exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment,
@@ -136,14 +150,25 @@ class Store:
         """(run id, metrics) of the FINISHED runs of this paper's reproduction, by config hash (the newest wins)."""
         runs = self._search(f"attributes.status = 'FINISHED' and tags.`flplat.reproduce.paper` = '{paper}'")
         runs.sort(key=lambda r: r.info.start_time)
-        self.codes.update({r.info.run_id: CodeIdentity.from_tags(r.data.tags) for r in runs})
+        for r in runs:
+            self._read_code(r)
         return {r.data.tags["flplat.reproduce.key"]: (r.info.run_id, current_metrics(dict(r.data.metrics)))
                 for r in runs if "flplat.reproduce.key" in r.data.tags}
 
+    def _read_code(self, run, keep: bool = False) -> None:
+        """Keep the code identity a run read back recorded (``keep``: unless one is known already) and whether it was
+        imported without its config."""
+        if not (keep and run.info.run_id in self.codes):
+            self.codes[run.info.run_id] = CodeIdentity.from_tags(run.data.tags)
+        if run.data.tags.get(NO_CONFIG_TAG) == "true":
+            self.no_config.add(run.info.run_id)
+
     def stale(self, run_id: str, code: CodeIdentity | None) -> str | None:
         """Why run ``run_id`` does not come from ``code`` (the code of its job now): :data:`OTHER_CODE` (it recorded
-        another code identity, or ``mixed``), :data:`UNKNOWN_CODE` (it recorded none), or None (same code, or a run
-        this command made)."""
+        another code identity, or ``mixed``), :data:`UNKNOWN_CODE` (it recorded none), :data:`NO_CONFIG` (imported
+        from a record without its config), or None (same code, or a run this command made)."""
+        if run_id in self.no_config:
+            return NO_CONFIG
         if run_id not in self.codes:
             return None
         have = self.codes[run_id]
@@ -175,7 +200,7 @@ class Store:
                 defaults[name] = run_params(load_config(None, [f"algorithm.name={name}"]))
             match = None
             for r in older:
-                self.codes.setdefault(r.info.run_id, CodeIdentity.from_tags(r.data.tags))
+                self._read_code(r, keep=True)
                 if rerun_stale and self.stale(r.info.run_id, j.code):
                     continue
                 if r.data.params.get("seed") == params.get("seed") and \
@@ -195,11 +220,21 @@ class Store:
                   f"stands for it (new keys at their defaults: {', '.join(added) or 'none'})", file=sys.stderr)
         return left
 
-    def parent(self, paper: str, table: str, scale: str) -> str:
+    def parent(self, paper: str, table: str, scale: str, claim: bool = True) -> str:
+        """The parent run of a table at a scale, RUNNING and owned by this process; with ``claim`` False (an import
+        of records) an existing one is left as it is and a new one is ended FINISHED."""
         name = f"{paper}/{table}@{scale}"
         found = self._search(f"tags.`flplat.reproduce.parent` = '{name}'")
         from flplat.tracking.heartbeat import process_tags
 
+        if found and not claim:
+            return found[0].info.run_id
+        if not claim:
+            run_id = self.client.create_run(self.exp_id, run_name=name, tags={
+                "flplat.kind": "reproduce", "flplat.reproduce.parent": name, "flplat.reproduce.paper": paper,
+            }).info.run_id
+            self.client.set_terminated(run_id, "FINISHED")
+            return run_id
         if found:
             run_id = found[0].info.run_id
             self.client.update_run(run_id, status="RUNNING")
