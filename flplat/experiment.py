@@ -265,28 +265,7 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     if progress and main:
         cbs.append(ProgressCallback(int(cfg.federation.rounds), f"{cfg.algorithm.name}/{cfg.data.name}"))
     if cfg.tracking.enabled and main:
-        from flplat.tracking.runs import MlflowCallback
-
-        sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
-        # p.cfg: the config with what the data fill in (model.vocab_size, partition.num_clients); the hash below
-        # stays the written one's
-        tracker = MlflowCallback(cfg.tracking, flatten(loggable(p.cfg)), loggable_yaml(p.cfg), p.partition_metrics,
-                                 p.data.label_counts("all"), sizes,
-                                 {"input_shape": list(p.data.input_shape), "num_classes": int(p.data.num_classes)})
-        if resume is not None:
-            tracker.resume_run_id = resume["meta"]["run_id"]
-        from flplat.tracking.resume import CONFIG_KEY_TAG
-
-        tracker.extra_tags = {CONFIG_KEY_TAG: config_key(cfg), **(tags or {})}
-        if int(p.cfg.partition.num_clients) != int(cfg.partition.num_clients):
-            tracker.extra_tags[REQUESTED_CLIENTS_TAG] = str(cfg.partition.num_clients)
-        cbs.insert(0, tracker)
-        if int(cfg.tracking.checkpoint_every) > 0:  # before the tracker: a round is saved before it is logged
-            from flplat.engine.checkpoint import CheckpointCallback
-            from flplat.tracking.store import checkpoint_dir
-
-            cbs.insert(0, CheckpointCallback(checkpoint_dir(cfg.tracking), int(cfg.tracking.checkpoint_every),
-                                             bool(cfg.tracking.keep_checkpoint), run_id=lambda: tracker.run_id))
+        tracker = _tracking_callbacks(cfg, p, resume, tags, cbs)
     f = cfg.federation
     if p.strategy.info.state_dir is not None:
         cbs.append(ClientStateCleanup(p.strategy.info.state_dir, bool(f.keep_client_state)))
@@ -309,6 +288,33 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     else:
         summary = orch.run(p.init_weights)
     return summary, (tracker.run_id if tracker else None)
+
+
+def _tracking_callbacks(cfg: DictConfig, p, resume: dict | None, tags: dict[str, str], cbs: list) -> Callback:
+    """The MLflow tracker (first in ``cbs``) and, when checkpoints are on, the checkpoint callback before it (a
+    round is saved before it is logged); returns the tracker."""
+    from flplat.tracking.resume import CONFIG_KEY_TAG
+    from flplat.tracking.runs import MlflowCallback
+
+    sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
+    # p.cfg: the config with what the data fill in (model.vocab_size, partition.num_clients); the hash below
+    # stays the written one's
+    tracker = MlflowCallback(cfg.tracking, flatten(loggable(p.cfg)), loggable_yaml(p.cfg), p.partition_metrics,
+                             p.data.label_counts("all"), sizes,
+                             {"input_shape": list(p.data.input_shape), "num_classes": int(p.data.num_classes)})
+    if resume is not None:
+        tracker.resume_run_id = resume["meta"]["run_id"]
+    tracker.extra_tags = {CONFIG_KEY_TAG: config_key(cfg), **(tags or {})}
+    if int(p.cfg.partition.num_clients) != int(cfg.partition.num_clients):
+        tracker.extra_tags[REQUESTED_CLIENTS_TAG] = str(cfg.partition.num_clients)
+    cbs.insert(0, tracker)
+    if int(cfg.tracking.checkpoint_every) > 0:
+        from flplat.engine.checkpoint import CheckpointCallback
+        from flplat.tracking.store import checkpoint_dir
+
+        cbs.insert(0, CheckpointCallback(checkpoint_dir(cfg.tracking), int(cfg.tracking.checkpoint_every),
+                                         bool(cfg.tracking.keep_checkpoint), run_id=lambda: tracker.run_id))
+    return tracker
 
 
 def check_tracking(tcfg) -> None:
