@@ -4,6 +4,8 @@ the parent run, skipping finished runs on a re-run, bad input creating no run.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -114,6 +116,9 @@ def test_every_train_table_validates_at_every_scale(paper):
         if first is None:  # every cell waits for something, with its reason: nothing is planned
             assert rp.plan(paper, t, "smoke", [0], None, None, [], "x", "/tmp/unused") == []
             continue
+        # a pooled cell with its first member at smoke only (its members are ready configs under the cell's
+        # overrides; planning all of them at three scales takes minutes): one run per cell and method at smoke
+        t = replace(t, cells=[replace(c, members=c.parts("smoke")[:1]) if c.members else c for c in t.cells])
         for cells, methods in (([first], None), (None, [t.methods[0].name])):
             jobs = _plan(paper, t, "smoke", methods, cells)
             assert jobs is None or len(jobs) == (len(t.methods) if cells else len(t.cells) - len(t.undefined))

@@ -12,7 +12,12 @@ are data, ``configs/papers/<paper>.yaml`` (see :func:`load_paper_values`). A tab
   test-phase tables) share runs. ``--add-method "NAME=key=value,..."`` adds a user's method (any registered
   algorithm, plugins included, with its overrides; see :func:`parse_added_method`) as a row of every train table,
   run at the same scale and seeds and cached the same way; it has no paper value, and its verdict says where it
-  stands against the table's reference. ``--jobs N`` runs cells in N worker processes with one thread each.
+  stands against the table's reference. ``--jobs N`` runs cells in N worker processes with one thread each. A
+  *pooled cell* (``Cell.members``: a paper's mean over shift types or levels, e.g. Flux's Tables 8, 51 and 63) is
+  one run per member, method and seed, its value over all of them; with ``Cell.per_seed`` its value for a seed is
+  the mean of its members' values (none, with the first missing member's reason, while a member has none), the std
+  then over the seeds. Its members are the runs of the per-member cells of other tables when their configs resolve
+  the same. A cell's metric ``NAME@sum`` is the sum of NAME over the run's rounds (a run's time).
 * ``analysis``: no training (CBCC's IID detection, PQFed's EMD curve); a function of (cell, seed) that returns
   one number per row ("method"), logged on the parent run.
 * ``derived``: no runs of its own; each cell is, per seed and method, the mean of other tables' cells (``parts``:
