@@ -369,3 +369,32 @@ def test_the_round_loop_is_small_and_no_method_identity_decides_behaviour():
     found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in PKG.rglob("*.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if identity.search(line)]
     assert not found, "\n".join(found)
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``path:line name (n lines)`` of every function or method under ``root`` longer than ``limit`` lines."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    out.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({n} lines)")
+    return out
+
+
+def test_long_function_finder_counts_lines(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    lines = [f"    x{i} = {i}" for i in range(60)]
+    ok = "def ok():\n" + "\n".join(lines[:59])  # 60 lines: the limit
+    long = "def long():\n" + "\n".join(lines)  # 61 lines
+    (pkg / "m.py").write_text(f"{ok}\n\n\n{long}\n")
+    assert long_functions(pkg) == ["pkg/m.py:63 long (61 lines)"]  # ok() ends at line 60; long() is line 63
+
+
+def test_no_function_in_the_package_is_over_60_lines():
+    assert long_functions(PKG) == []
