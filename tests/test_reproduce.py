@@ -333,7 +333,7 @@ def test_cli_analysis_table_smoke(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, msg", [
-    ([], "give a paper (clust-psi-pfl, cafa, dapfl, flux, pqfed) or --list"),
+    ([], "give a paper (clust-psi-pfl, cafa, dapfl, flux, pqfed), --list or --import PATH"),
     (["nopaper"], "paper 'nopaper' is unknown"),
     (["dapfl", "table9"], "--tables=table9 unknown"),
     (["dapfl", "table3_digits", "--cells", "digits_k7"], "--cells=digits_k7 unknown"),
