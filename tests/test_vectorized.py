@@ -110,7 +110,7 @@ def test_unsupported_hooks_fall_back_per_client_and_log_once(caplog):
     with caplog.at_level(logging.WARNING, logger="flplat"):
         got = ex.train(plans, round=1)
         ex.train(plans, round=2)
-    assert len(caplog.records) == 1 and "after_step" in caplog.records[0].getMessage()
+    assert len(caplog.records) == 1 and "hook AfterStep does not declare vectorizes" in caplog.records[0].getMessage()
     _assert_match(got, LocalExecutor(p.trainer, p.data, seed=0).train(plans, round=1))
 
 
