@@ -60,6 +60,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 NORM = {"fmnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}  # the platform's standardisation constants
 LAYOUT = {"fmnist": "FashionMNIST/raw", "mnist": "MNIST/raw"}
@@ -78,24 +81,8 @@ def flplat_overrides(args) -> list[str]:
 
 
 def write_plan(args, path: Path) -> None:
-    """The platform's partition (client train / test indices) and sampled clients, for the pfl script (untimed)."""
-    import numpy as np
-
-    sys.path.insert(0, str(ROOT))
-    from flplat.api import derive_seed, sample_uniform
-    from flplat.data.datasets import load_dataset
-    from flplat.data.partitions import build_federation
-    from flplat.experiment import load_config
-
-    cfg = load_config(None, flplat_overrides(args))
-    d = build_federation(load_dataset(cfg.data, derive_seed(args.seed, "data")), cfg.partition,
-                         derive_seed(args.seed, "partition"))
-    rng = np.random.default_rng(derive_seed(args.seed, "server"))
-    sel = np.stack([sample_uniform(d.num_clients, args.fraction, rng) for _ in range(args.rounds)])
-    arrays = {"selected": sel}
-    for k, c in enumerate(d.clients):
-        arrays[f"train{k}"], arrays[f"test{k}"] = c.train, c.test
-    np.savez(path, **arrays)
+    """The platform's partition and sampled clients, for the pfl script (untimed)."""
+    benchlib.write_plan(flplat_overrides(args), args.seed, args.fraction, args.rounds, path, ROOT)
 
 
 # --------------------------------------------------------------------------------------------- the pfl side
@@ -297,15 +284,8 @@ def run_side(side: str, args, argv: list[str], tmp: Path) -> dict:
     return r
 
 
-def _popen_wait4() -> None:
-    """Reap the children with ``wait4`` (``Popen`` uses ``waitpid``) to keep their rusage: the CPU time."""
-    def _try_wait(self, wait_flags):
-        pid, sts, ru = os.wait4(self.pid, wait_flags)
-        if pid == self.pid:
-            self.rusage = ru
-        return pid, sts
-
-    subprocess.Popen._try_wait = _try_wait
+def _popen_wait4():
+    return benchlib.popen_wait4()
 
 
 def report(sides: list[str], rows: list[dict], args) -> None:
