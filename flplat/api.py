@@ -4,7 +4,8 @@ A plugin is a module of your own package that imports these names and registers 
 flplat imports it in every process it starts (``plugins: [my_pkg.my_algo]`` in a config, ``--plugin MODULE`` on
 the command line, or an entry point of group ``flplat.algorithms`` / ``flplat.datasets`` / ``flplat.models`` /
 ``flplat.partitions``; see :mod:`flplat.plugins` and docs/extending.md). The built-in algorithms import the same
-names from here: there is no other way in.
+names from here: there is no other way in (a built-in imports this module and at most its own maths module,
+``flplat.maths.<its file name>[_*]``; tests/test_layout.py holds it).
 
 **Algorithms.** Subclass :class:`Strategy` (or :class:`PersonalizedStrategy` / :class:`ClusteredStrategy`), give it
 a ``name`` (the ``algorithm.name`` of configs) and a frozen ``Config`` dataclass whose fields are its
@@ -53,22 +54,84 @@ arrays``. The old form, ``@register_partition("name")`` on ``fn(labels, cfg, rng
 keys the old shared PartitionConfig held), works for one more minor version with a deprecation warning (see
 :mod:`flplat.data.registry`). ``flplat check --dataset NAME`` / ``--partition NAME`` hold an entry to the contract.
 
+**Method blocks.** What several methods are made of comes from here too (it lives in :mod:`flplat.blocks` and
+:mod:`flplat.maths`): FedAvg's aggregation (:func:`fedavg`, :func:`fedavg_by_group`, :func:`weighted_mean`,
+:func:`stack`) and server (:class:`FedAvgStrategy`: subclass it to change only the local objective or the
+selection); the proximal pull (:class:`ProximalTerm`, :class:`CentredHook`); the multi-model helpers of the IFCA
+family (:func:`random_models`, :func:`model_losses`, :func:`losses_fn`, :func:`plan_with_all_models`, ...); the
+mixture rounds of FedEM and FedRC (:class:`MixtureStrategy`); client selection (:func:`sample_proportional`,
+:func:`client_losses`, :func:`round_robin`, :class:`LossAwareSelection`); another registered algorithm run inside a
+method (:func:`check_inner`, :func:`build_inner`); and the maths methods use: clustering without a given number of
+clusters (:func:`silhouette_kmeans`, :func:`silhouette_agglomerative`, :func:`hdbscan`, :func:`adaptive_dbscan`
+with its knee rules, Flux's :func:`dynamic_start`) or with one (:func:`kmeans`), :func:`hellinger`,
+:func:`client_psi`, :func:`detection_metrics`, :func:`pairwise_distances`, :func:`task_loss`.
+
+**A method's state.** What a strategy carries between rounds goes in ``state.method``: an instance of a dataclass
+the strategy defines, set in ``init_state``, checkpointed with the server state. ``state.extra`` (string keys) is
+deprecated (it warns; removed in 0.3.0).
+
 **What is stable.** The names in ``__all__`` below, the signatures above, the ``Strategy`` methods and the fields
 of ``ClientPlan`` / ``ClientResult`` / ``EvalResult`` / ``ServerState`` / ``FederationInfo`` / ``Dataset`` /
-``Partition`` keep working across minor versions: fields and methods may be added (with defaults that keep old
-behaviour), none is removed or changes meaning without a major version. Everything else (``flplat.engine``,
-``flplat.maths``, the CLI's internals, module paths other than this one) may change; import from here.
+``Partition`` keep working across minor versions: fields, methods and names may be added (with defaults that keep
+old behaviour), none is removed or changes meaning without a deprecation: a name, path or call form that is going
+away warns (a :class:`~flplat.deprecation.FlplatDeprecationWarning` naming its replacement) for one minor version
+first, and CHANGELOG.md lists it. Everything else (``flplat.engine``, ``flplat.blocks``, ``flplat.maths``, the
+CLI's internals, module paths other than this one) may change; import from here.
 """
 
 from __future__ import annotations
 
+from flplat.blocks.aggregation import fedavg, fedavg_by_group, stack, weighted_mean
+from flplat.blocks.compose import build_inner, check_inner
+from flplat.blocks.hooks import CentredHook, ProximalTerm
+from flplat.blocks.mixture import AGGREGATIONS as MIXTURE_AGGREGATIONS
+from flplat.blocks.mixture import MixtureState, MixtureStrategy, draw_components
+from flplat.blocks.multimodel import (
+    losses_fn,
+    mixture_correct,
+    model_losses,
+    permuted_init,
+    plan_with_all_models,
+    random_models,
+    responsibilities,
+    sample_losses,
+    stacked_logits,
+)
+from flplat.blocks.selection import (
+    LOSS_MODES,
+    LossAwareSelection,
+    SelectionState,
+    client_losses,
+    num_selected,
+    round_robin,
+    sample_proportional,
+)
+from flplat.blocks.strategies import FedAvgStrategy
 from flplat.config import DataConfig, PartitionConfig
 from flplat.data.containers import ClientSplit, Dataset, Drift, Partition
 from flplat.data.datasets import register_dataset
 from flplat.data.partitions import register_partition
 from flplat.errors import ConfigError, check_choice, check_range, param_choice, param_out_of_range
+from flplat.maths.clustering import (
+    GUARD_CODES,
+    KNEE_GUARDS,
+    KNEE_RULES,
+    LINKAGES,
+    NO_KNEE_RULES,
+    NONPOSITIVE_RULES,
+    adaptive_dbscan,
+    dynamic_start,
+    hdbscan,
+    kmeans,
+    silhouette_agglomerative,
+    silhouette_kmeans,
+)
+from flplat.maths.dapfl_affinity import pairwise_distances
+from flplat.maths.losses import task_loss
+from flplat.metrics.iid_detection import detection_metrics
+from flplat.metrics.noniid import client_psi, hellinger
 from flplat.models.base import SplitModel, register_model
-from flplat.protocol.registry import register_algorithm
+from flplat.protocol.registry import ALGORITHMS, register_algorithm
 from flplat.protocol.seeding import derive_seed
 from flplat.protocol.state import ClientStore, ParamLayout, ServerState
 from flplat.protocol.strategy import (
@@ -98,8 +161,22 @@ __all__ = [
     "ClientResult", "EvalResult", "ClientView", "FederationOps", "FederationInfo", "ServerState", "ClientStore",
     "ParamLayout", "derive_seed", "sample_uniform", "true_m", "TRUE_M", "EvalModels", "SEEN_MODELS", "UNSEEN_MODELS",
     # registering
-    "register_algorithm", "register_dataset", "register_model", "register_partition",
+    "register_algorithm", "register_dataset", "register_model", "register_partition", "ALGORITHMS",
     # data, models, configs
     "Dataset", "Partition", "ClientSplit", "Drift", "SplitModel", "DataConfig", "PartitionConfig",
     "ConfigError", "check_choice", "check_range", "param_choice", "param_out_of_range",
+    # method blocks (flplat.blocks): aggregation, bases, hooks, several models, mixtures, selection, composition
+    "fedavg", "fedavg_by_group", "stack", "weighted_mean",
+    "FedAvgStrategy",
+    "CentredHook", "ProximalTerm",
+    "losses_fn", "sample_losses", "stacked_logits", "model_losses", "random_models", "permuted_init",
+    "plan_with_all_models", "responsibilities", "mixture_correct",
+    "MixtureStrategy", "MixtureState", "MIXTURE_AGGREGATIONS", "draw_components",
+    "LossAwareSelection", "SelectionState", "LOSS_MODES", "client_losses", "num_selected", "round_robin",
+    "sample_proportional",
+    "build_inner", "check_inner",
+    # maths and metrics methods use: clustering (flplat.maths.clustering), distances, the task loss, metrics
+    "kmeans", "silhouette_kmeans", "NONPOSITIVE_RULES", "adaptive_dbscan", "NO_KNEE_RULES", "KNEE_RULES",
+    "KNEE_GUARDS", "GUARD_CODES", "dynamic_start", "silhouette_agglomerative", "LINKAGES", "hdbscan",
+    "pairwise_distances", "task_loss", "hellinger", "client_psi", "detection_metrics",
 ]

@@ -265,28 +265,7 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     if progress and main:
         cbs.append(ProgressCallback(int(cfg.federation.rounds), f"{cfg.algorithm.name}/{cfg.data.name}"))
     if cfg.tracking.enabled and main:
-        from flplat.tracking.runs import MlflowCallback
-
-        sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
-        # p.cfg: the config with what the data fill in (model.vocab_size, partition.num_clients); the hash below
-        # stays the written one's
-        tracker = MlflowCallback(cfg.tracking, flatten(loggable(p.cfg)), loggable_yaml(p.cfg), p.partition_metrics,
-                                 p.data.label_counts("all"), sizes,
-                                 {"input_shape": list(p.data.input_shape), "num_classes": int(p.data.num_classes)})
-        if resume is not None:
-            tracker.resume_run_id = resume["meta"]["run_id"]
-        from flplat.tracking.runs import CONFIG_KEY_TAG
-
-        tracker.extra_tags = {CONFIG_KEY_TAG: config_key(cfg), **(tags or {})}
-        if int(p.cfg.partition.num_clients) != int(cfg.partition.num_clients):
-            tracker.extra_tags[REQUESTED_CLIENTS_TAG] = str(cfg.partition.num_clients)
-        cbs.insert(0, tracker)
-        if int(cfg.tracking.checkpoint_every) > 0:  # before the tracker: a round is saved before it is logged
-            from flplat.engine.checkpoint import CheckpointCallback
-            from flplat.tracking.runs import checkpoint_dir
-
-            cbs.insert(0, CheckpointCallback(checkpoint_dir(cfg.tracking), int(cfg.tracking.checkpoint_every),
-                                             bool(cfg.tracking.keep_checkpoint), run_id=lambda: tracker.run_id))
+        tracker = _tracking_callbacks(cfg, p, resume, tags, cbs)
     f = cfg.federation
     if p.strategy.info.state_dir is not None:
         cbs.append(ClientStateCleanup(p.strategy.info.state_dir, bool(f.keep_client_state)))
@@ -311,10 +290,37 @@ def run(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress: bool = Tr
     return summary, (tracker.run_id if tracker else None)
 
 
+def _tracking_callbacks(cfg: DictConfig, p, resume: dict | None, tags: dict[str, str], cbs: list) -> Callback:
+    """The MLflow tracker (first in ``cbs``) and, when checkpoints are on, the checkpoint callback before it (a
+    round is saved before it is logged); returns the tracker."""
+    from flplat.tracking.resume import CONFIG_KEY_TAG
+    from flplat.tracking.runs import MlflowCallback
+
+    sizes = {"num_train": p.data.num_samples("train"), "num_test": p.data.num_samples("test")}
+    # p.cfg: the config with what the data fill in (model.vocab_size, partition.num_clients); the hash below
+    # stays the written one's
+    tracker = MlflowCallback(cfg.tracking, flatten(loggable(p.cfg)), loggable_yaml(p.cfg), p.partition_metrics,
+                             p.data.label_counts("all"), sizes,
+                             {"input_shape": list(p.data.input_shape), "num_classes": int(p.data.num_classes)})
+    if resume is not None:
+        tracker.resume_run_id = resume["meta"]["run_id"]
+    tracker.extra_tags = {CONFIG_KEY_TAG: config_key(cfg), **(tags or {})}
+    if int(p.cfg.partition.num_clients) != int(cfg.partition.num_clients):
+        tracker.extra_tags[REQUESTED_CLIENTS_TAG] = str(cfg.partition.num_clients)
+    cbs.insert(0, tracker)
+    if int(cfg.tracking.checkpoint_every) > 0:
+        from flplat.engine.checkpoint import CheckpointCallback
+        from flplat.tracking.store import checkpoint_dir
+
+        cbs.insert(0, CheckpointCallback(checkpoint_dir(cfg.tracking), int(cfg.tracking.checkpoint_every),
+                                         bool(cfg.tracking.keep_checkpoint), run_id=lambda: tracker.run_id))
+    return tracker
+
+
 def check_tracking(tcfg) -> None:
     """One-line errors for a tracking store that cannot work: a server that does not answer (MLflow alone retries
     for minutes, then prints a long traceback), a store directory that cannot be created or written."""
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     uri = tcfg.uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
     key = "tracking.uri" if tcfg.uri else ("$MLFLOW_TRACKING_URI" if uri else "tracking.store_dir")
@@ -342,7 +348,7 @@ def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictC
     ``tracking.store_dir``, say where); the experiment's own config comes from the checkpoint, so only
     ``tracking.*`` keys may be overridden (anything else would not continue the same run)."""
     from flplat.engine import checkpoint
-    from flplat.tracking.runs import checkpoint_path
+    from flplat.tracking.store import checkpoint_path
 
     bad = [o for o in overrides if not o.split("=", 1)[0].strip().startswith("tracking.")]
     if bad:
@@ -353,7 +359,10 @@ def resume_checkpoint(run_id: str, overrides: Sequence[str] = ()) -> tuple[DictC
     if not path.is_file():
         raise ConfigError(f"--resume={run_id!r}: no checkpoint {path}; allowed: the id of an unfinished run "
                           f"with tracking.checkpoint_every > 0 (set tracking.store_dir / checkpoint_dir to its store)")
-    data = checkpoint.load(path)
+    try:
+        data = checkpoint.load(path)
+    except ValueError as e:  # another version's checkpoint
+        raise ConfigError(f"--resume={run_id!r}: {first_line(e)}") from None
     from flplat.data.legacy import upgrade_config
     from flplat.plugins import load_plugins
 
@@ -385,8 +394,7 @@ def run_or_resume(cfg: DictConfig, callbacks: Sequence[Callback] = (), progress:
     owner = os.environ.get("FLPLAT_RUN_OWNER") or None
 
     def decide() -> tuple[dict | None, dict[str, str] | None]:
-        from flplat.tracking.resume import OWNER_TAG
-        from flplat.tracking.runs import REPLACES_TAG, claim_unfinished
+        from flplat.tracking.resume import OWNER_TAG, REPLACES_TAG, claim_unfinished
 
         data, replaced = claim_unfinished(cfg.tracking, config_key(cfg), owner)
         tags = {OWNER_TAG: owner} if owner else {}

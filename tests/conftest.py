@@ -74,18 +74,24 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_data_cache(tmp_path_factory: pytest.TempPathFactory):
-    """``~/.cache/flplat`` (download root, decoded-data cache) is a session directory in this process (in
-    flplat.data.datasets too, which re-exports the very same object)."""
-    from flplat.data import datasets
-
+    """``~/.cache/flplat`` (download root, decoded-data cache) is a session directory in this process."""
     cache = tmp_path_factory.mktemp("flplat_cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(dfiles, "CACHE_DIR", cache)
-        mp.setattr(datasets, "CACHE_DIR", cache)
         yield
 
 
 _USER_CACHE_DIR = dfiles.CACHE_DIR  # its own value, before the session's
+
+
+@pytest.fixture(autouse=True)
+def _deprecations_warn_in_every_test():
+    """An old config key warns once per process (flplat.data.legacy); here once per test, so that a test that uses
+    one sees its warning (flplat's deprecation warnings are errors in the tests, pyproject.toml) whatever ran
+    before it in the same worker."""
+    from flplat.data import legacy
+
+    legacy._WARNED.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +104,6 @@ def _real_data(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     if not marker.args:
         raise pytest.UsageError(f"{request.node.nodeid}: real_data needs the dataset names, e.g. real_data('mnist')")
     from flplat.config import DataConfig
-    from flplat.data import datasets
 
     for key, value in json.loads(os.environ[_SAVED]).items():
         if value is None:
@@ -106,7 +111,6 @@ def _real_data(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         else:
             monkeypatch.setenv(key, value)
     monkeypatch.setattr(dfiles, "CACHE_DIR", _USER_CACHE_DIR)
-    monkeypatch.setattr(datasets, "CACHE_DIR", _USER_CACHE_DIR)
     for name in marker.args:
         try:
             dfiles.locate(DataConfig(name=name), name)

@@ -1,8 +1,7 @@
 import pytest
 import torch
 
-from flplat.algorithms.base import ClientResult
-from flplat.maths.aggregation import fedavg, weighted_mean
+from flplat.api import ClientResult, fedavg, weighted_mean
 
 
 def _r(client, w, n):
@@ -26,7 +25,7 @@ def test_weighted_mean_rejects_zero_total():
 
 
 def test_fedavg_by_group_keeps_untouched_groups():
-    from flplat.maths.aggregation import fedavg_by_group
+    from flplat.api import fedavg_by_group
 
     current = torch.tensor([[0.0, 0.0], [9.0, 9.0], [5.0, 5.0]])
     res = [_r(0, [1.0, 1.0], 1), _r(1, [4.0, 0.0], 3), _r(2, [2.0, 6.0], 2)]

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from flplat.api import ClusteredStrategy, EvalModels, PersonalizedStrategy, Strategy
+from flplat.api import ClusteredStrategy, EvalModels, PersonalizedStrategy, ServerState, Strategy
 from flplat.engine.batched_eval import EvalColumns, StackedScorer, shared_model_groups
 from flplat.engine.client import ClientTrainer
-from flplat.engine.orchestrator import LocalExecutor
-from flplat.engine.state import ServerState
+from flplat.engine.executor import LocalExecutor
 
 
 def _run(tiny_cfg, batched: bool, **extra):

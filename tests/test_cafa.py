@@ -7,11 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from flplat.algorithms.base import ClientResult, EvalResult, FederationInfo
 from flplat.algorithms.cafa import CAFA
+from flplat.api import ClientResult, EvalResult, FederationInfo, ParamLayout
 from flplat.data.partitions import cafa_iid_flags, partition
 from flplat.data.registry import partition_config
-from flplat.engine.state import ParamLayout
 from flplat.errors import ConfigError
 from flplat.experiment import run
 from flplat.maths.cafa_weights import abfa_weights, cbcc_weights, class_proportions, combine
@@ -143,7 +142,7 @@ def test_aggregate_is_eq11_with_one_cross_evaluation_call():
     counts = np.array([[5, 5], [5, 5], [5, 5], [10, 0]])  # clients 0-2 one cluster, client 3 alone
     s = CAFA(CAFA.Config(k=2), _info(counts))
     state = s.init_state(torch.zeros(3), np.random.default_rng(0), None)
-    np.testing.assert_allclose(state.extra["cbcc_weight"], [0.75, 0.75, 0.75, 0.25])
+    np.testing.assert_allclose(state.method.cbcc_weight, [0.75, 0.75, 0.75, 0.25])
     # two sampled clients 1 and 3; model ids 0/1 in the first weight entry
     results = [ClientResult(1, torch.tensor([0.0, 1.0, 0.0]), 10, 0.0),
                ClientResult(3, torch.tensor([1.0, 0.0, 1.0]), 30, 0.0)]

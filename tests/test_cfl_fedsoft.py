@@ -10,11 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from flplat.algorithms.base import ClientResult, EvalResult, FederationInfo, HookContext
 from flplat.algorithms.cfl import CFL, bipartition
-from flplat.algorithms.fedprox import ProximalTerm
 from flplat.algorithms.fedsoft import FedSoft, importance_weights, mixture_center
-from flplat.engine.state import ParamLayout
+from flplat.api import ClientResult, EvalResult, FederationInfo, HookContext, ParamLayout, ProximalTerm
 from flplat.experiment import run
 
 P = 8  # nn.Linear(3, 2): 6 weights + 2 biases, all parameters
@@ -195,7 +193,7 @@ class ViewOps:
     def _view(self, client, w):
         from contextlib import nullcontext
 
-        from flplat.algorithms.base import ClientView
+        from flplat.api import ClientView
 
         if w is not None:
             with torch.no_grad():
@@ -224,7 +222,7 @@ def test_fedsoft_importance_weights_are_sample_shares_of_planted_distributions()
     ops = ViewOps({0: _planted(70, 30, 0), 1: _planted(0, 40, 1), 2: _planted(0, 0, 2)})
     state.round = 1
     strat.select(state, np.random.default_rng(0), ops)
-    u = state.extra["importance"]
+    u = state.method.importance
     np.testing.assert_allclose(u[0], [0.7, 0.3])
     np.testing.assert_allclose(u[1], [0.0, 1.0])
     np.testing.assert_allclose(u[2], [0.5, 0.5])  # no training samples: uniform
@@ -245,7 +243,7 @@ def test_fedsoft_importance_selection_draws_per_cluster_from_its_clients():
     chosen = strat.select(state, np.random.default_rng(3), ops)
     assert ops.calls == 6  # every client scores both centres in one request
     assert state.assignment.tolist() == [0, 0, 0, 1, 1, 1]
-    drawn = state.extra["drawn"]
+    drawn = state.method.drawn
     assert drawn[0].sum() == 2 and drawn[1].sum() == 2 and not drawn[0, 3:].any() and not drawn[1, :3].any()
     assert chosen.tolist() == np.flatnonzero(drawn.any(axis=0)).tolist()
     state.round = 2  # tau = 2: no re-estimation
@@ -256,8 +254,8 @@ def test_fedsoft_importance_selection_draws_per_cluster_from_its_clients():
 def test_fedsoft_aggregate_and_plan_use_importance_weights():
     strat, state = _fedsoft(3, lam=0.1)
     old = state.clusters.clone()
-    state.extra["importance"] = np.array([[0.75, 0.5], [0.5, 0.5], [1.0, 0.0]])
-    state.extra["drawn"] = np.array([[True, False, True], [False, False, False]])
+    state.method.importance = np.array([[0.75, 0.5], [0.5, 0.5], [1.0, 0.0]])
+    state.method.drawn = np.array([[True, False, True], [False, False, False]])
     w = torch.randn(3, P, generator=torch.Generator().manual_seed(0))
     results = [ClientResult(k, w[k], n, 0.0) for k, n in enumerate([10, 30, 20])]
     state = strat.aggregate(state, results, None)

@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO
@@ -91,7 +93,7 @@ def test_stale_runs_listed_and_marked(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from flplat.cli import main
-    from flplat.tracking.runs import HEARTBEAT_INTERVAL_TAG, HEARTBEAT_TAG
+    from flplat.tracking.heartbeat import HEARTBEAT_INTERVAL_TAG, HEARTBEAT_TAG
 
     store = tmp_path / "store"
     store.mkdir()
@@ -112,6 +114,19 @@ def test_resume_refuses_other_overrides_and_missing_checkpoint(tmp_path, capsys)
     assert "only tracking.* keys" in capsys.readouterr().err
     assert main(["run", "--resume", "abc", f"tracking.store_dir={tmp_path}"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+    # a checkpoint of an earlier version (the methods' state in ServerState.extra): one line, exit 2, not resumed
+    import pickle
+
+    from flplat.experiment import load_config
+    from flplat.tracking.store import checkpoint_path
+
+    path = checkpoint_path(load_config(None, [f"tracking.store_dir={tmp_path}"]).tracking, "old")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps({"version": 1, "round": 2}))
+    assert main(["run", "--resume", "old", f"tracking.store_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "has version 1, expected 2" in err and "run the config again" in err and "Traceback" not in err
 
 
 def _orchestrator(cfg, callbacks=(), strategy_cls=None):
@@ -136,10 +151,10 @@ def test_strategy_state_outside_server_state_is_checkpointed(tiny_cfg):
     aggregate): a restored run that lost them would diverge."""
     import torch
 
-    from flplat.algorithms.fedavg import FedAvg
+    from flplat.api import FedAvgStrategy
     from flplat.engine import checkpoint
 
-    class Counting(FedAvg):
+    class Counting(FedAvgStrategy):
         def init_state(self, init_weights, rng, ops):
             self.offset = 0.5
             return super().init_state(init_weights, rng, ops)
@@ -168,7 +183,7 @@ def test_tracking_store_failure_ends_failed_in_one_line(tiny_cfg, tmp_path, monk
 
     from flplat.errors import TrackingStoreError
     from flplat.experiment import run
-    from flplat.tracking import runs
+    from flplat.tracking.store import store_uris
 
     real = MlflowClient.log_batch
 
@@ -182,7 +197,7 @@ def test_tracking_store_failure_ends_failed_in_one_line(tiny_cfg, tmp_path, monk
                       "tracking.plots": "false"})
     with pytest.raises(TrackingStoreError, match="failed at round 2: database is locked$"):
         run(cfg, progress=False)
-    c = MlflowClient(tracking_uri=runs.store_uris(None, str(tmp_path))[0])
+    c = MlflowClient(tracking_uri=store_uris(None, str(tmp_path))[0])
     (r,) = c.search_runs([c.get_experiment_by_name("flplat").experiment_id])
     assert r.info.status == "FAILED" and "database is locked" in r.data.tags["flplat.error"]
     assert (tmp_path / "checkpoints" / f"{r.info.run_id}.pt").is_file()  # kept: resumable once the store is back
@@ -191,7 +206,7 @@ def test_tracking_store_failure_ends_failed_in_one_line(tiny_cfg, tmp_path, monk
 def test_heartbeat_marks_run_and_parent(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from flplat.tracking.runs import HEARTBEAT_TAG, Heartbeat, stale_runs
+    from flplat.tracking.heartbeat import HEARTBEAT_TAG, Heartbeat, stale_runs
 
     c = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = c.create_experiment("e")
@@ -220,3 +235,94 @@ def test_kill9_resume_at_once_without_force(tmp_path):
     assert res.returncode == 0, err
     assert _run_id(out) == killed and "resuming run" in err
     assert _status(store, killed) == "FINISHED"
+
+
+@dataclass
+class Momentum:
+    """A method's own state (module level: a checkpoint pickles it by reference, as a plugin's class)."""
+    velocity: Any
+    seen: Any
+    rounds: int = 0
+    history: list = field(default_factory=list)
+
+
+def test_a_methods_typed_state_round_trips_through_checkpoint_and_resume(tiny_cfg, tmp_path):
+    """A method keeps its state between rounds in ``state.method``, a dataclass of its own (tensor, array, plain
+    values): a checkpoint after round 2 written to disk, loaded and resumed gives round 3 and the final state exactly
+    as the uninterrupted run, the dataclass intact (its type, every field)."""
+    import numpy as np
+    import torch
+
+    from flplat.api import FedAvgStrategy, ServerState
+    from flplat.engine import checkpoint
+
+    class Heavy(FedAvgStrategy):  # FedAvg with server momentum kept in the method's own state
+        def init_state(self, init_weights, rng, ops):
+            state = super().init_state(init_weights, rng, ops)
+            return ServerState(round=state.round, weights=state.weights, method=Momentum(
+                torch.zeros_like(init_weights), np.zeros(self.info.num_clients, dtype=np.int64)))
+
+        def aggregate(self, state, results, ops):
+            m, before = state.method, state.weights
+            state = super().aggregate(state, results, ops)
+            m.velocity = 0.5 * m.velocity + (state.weights - before)
+            state.weights = before + m.velocity
+            m.seen[[r.client for r in results]] += 1
+            m.rounds += 1
+            m.history.append(float(m.velocity.norm()))
+            state.method = m
+            return state
+
+    cfg = tiny_cfg(**{"federation.rounds": 3})
+    saved = tmp_path / "run.pt"
+
+    class Save(checkpoint.Callback):
+        def on_round_end(self, end):
+            if end.round == 2:
+                checkpoint.save(saved, end.checkpoint())
+
+    p, full = _orchestrator(cfg, callbacks=[Save()], strategy_cls=Heavy)
+    full.run(p.init_weights)
+    data = checkpoint.load(saved)
+    assert type(data["state"].method).__name__ == "Momentum" and data["state"].method.rounds == 2
+
+    p2, resumed = _orchestrator(cfg, strategy_cls=Heavy)
+    resumed.run(p2.init_weights, resume=checkpoint.resumer(data))
+    a, b = resumed.state.method, full.state.method
+    assert isinstance(a, Momentum) and a.rounds == b.rounds == 3
+    assert torch.equal(a.velocity, b.velocity) and np.array_equal(a.seen, b.seen) and a.history == b.history
+    assert torch.equal(resumed.state.weights, full.state.weights)
+    assert [h["train_loss"] for h in resumed.history] == [h["train_loss"] for h in full.history]
+
+
+@pytest.mark.parametrize("name", ["fedem", "haccs", "feddyn"])
+def test_builtin_state_is_a_dataclass_that_survives_a_checkpoint(tiny_cfg, tmp_path, name):
+    """A built-in's state between rounds is its own dataclass in ``state.method`` (no string keys in
+    ``state.extra``), and a checkpoint written to disk and loaded gives it back field by field."""
+    import dataclasses
+    import warnings
+
+    import numpy as np
+    import torch
+
+    from flplat.engine import checkpoint
+
+    cfg = tiny_cfg(**{"federation.rounds": 2, "algorithm.name": name})
+    p, orch = _orchestrator(cfg)
+    orch.run(p.init_weights)
+    m = orch.state.method
+    assert dataclasses.is_dataclass(m) and type(m).__module__.startswith(("flplat.algorithms.", "flplat.blocks."))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert orch.state.extra == {}
+    checkpoint.save(tmp_path / "c.pt", checkpoint.payload(orch, 2))
+    back = checkpoint.load(tmp_path / "c.pt")["state"].method
+    assert type(back) is type(m)
+    for f in dataclasses.fields(m):
+        a, b = getattr(back, f.name), getattr(m, f.name)
+        if isinstance(b, torch.Tensor):
+            assert torch.equal(a, b), f.name
+        elif isinstance(b, np.ndarray):
+            assert np.array_equal(a, b), f.name
+        else:
+            assert repr(a) == repr(b), f.name

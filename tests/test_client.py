@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from flplat.algorithms.base import ClientPlan, LocalHook
+from flplat.api import ClientPlan, LocalHook
 from flplat.experiment import prepare, run
 
 
@@ -69,7 +69,7 @@ def test_precisions_run_on_cpu(tiny_cfg, precision):
 
 
 def test_compute_runs_a_client_function_on_the_requested_split_and_weights(tiny_cfg):
-    from flplat.engine.orchestrator import LocalExecutor
+    from flplat.engine.executor import LocalExecutor
     from flplat.experiment import prepare
 
     p = prepare(tiny_cfg())
@@ -97,7 +97,7 @@ def test_evaluating_every_client_reads_one_model_at_a_time(tiny_cfg):
     import gc
     import weakref
 
-    from flplat.engine.orchestrator import LazyRequests, LocalExecutor
+    from flplat.engine.executor import LazyRequests, LocalExecutor
     from flplat.experiment import prepare
 
     p = prepare(tiny_cfg())

@@ -9,9 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from flplat.algorithms.base import ClientResult, FederationInfo
 from flplat.algorithms.clust_psi_pfl import ClustPSIPFL, psi_descriptors
-from flplat.engine.state import ParamLayout, ServerState
+from flplat.api import ClientResult, FederationInfo, ParamLayout, ServerState
 from flplat.errors import ConfigError
 from flplat.experiment import load_config, run
 from flplat.metrics.noniid import client_psi
@@ -46,8 +45,8 @@ def test_clients_with_the_same_label_pair_are_clustered_together():
     st = s.init_state(torch.zeros(3), np.random.default_rng(0), None)
     np.testing.assert_array_equal(st.assignment, [0, 1, 0, 1, 0, 1])
     assert st.clusters.shape == (2, 3)
-    assert s.round_metrics(st) == {"tau": 2.0, "silhouette": st.extra["silhouette"]}
-    assert st.extra["silhouette"] > 0.5
+    assert s.round_metrics(st) == {"tau": 2.0, "silhouette": st.method.silhouette}
+    assert st.method.silhouette > 0.5
     curve = s.series(st)["silhouette_by_k"]
     assert [j for j, _ in curve] == [2, 3, 4, 5] and max(curve, key=lambda p: p[1])[0] == 2
 
@@ -62,7 +61,7 @@ def test_identical_histograms_fall_back_to_one_cluster():
     s = make([[10, 20, 30]] * 5)
     st = s.init_state(torch.arange(3.0), np.random.default_rng(0), None)
     assert (st.assignment == 0).all() and st.clusters.shape == (1, 3)
-    assert "undefined" in st.extra["clustering_reason"]
+    assert "undefined" in st.method.clustering_reason
     assert s.round_metrics(st) == {"tau": 1.0}  # no silhouette for one cluster
     assert torch.equal(s.eval_weights(st, 3), torch.arange(3.0))
 
@@ -147,11 +146,11 @@ def test_tau_search_scans_every_j_up_to_k_minus_1_by_default():
     # 25 groups of 2 clients: the silhouette is 1 at j = 25 only, above the old default cap of 20
     counts = _one_class_groups(25)
     st = make(counts).init_state(torch.zeros(3), np.random.default_rng(0), None)
-    assert st.clusters.shape[0] == 25 and st.extra["silhouette"] == pytest.approx(1.0)
+    assert st.clusters.shape[0] == 25 and st.method.silhouette == pytest.approx(1.0)
     assert len(np.unique(st.assignment[::2])) == 25 and (st.assignment[::2] == st.assignment[1::2]).all()
-    assert st.extra["silhouette_by_k"][:, 0].tolist() == list(range(2, 26))  # 25 distinct rows: j <= 25
+    assert st.method.silhouette_by_k[:, 0].tolist() == list(range(2, 26))  # 25 distinct rows: j <= 25
     capped = make(counts, max_clusters=20).init_state(torch.zeros(3), np.random.default_rng(0), None)
-    assert capped.clusters.shape[0] <= 20 and capped.extra["silhouette_by_k"][:, 0].max() == 20  # the opt-in cap
+    assert capped.clusters.shape[0] <= 20 and capped.method.silhouette_by_k[:, 0].max() == 20  # the opt-in cap
     assert ClustPSIPFL.Config().max_clusters is None
 
 

@@ -70,7 +70,7 @@ def test_client_state_files_are_per_run_and_removed(tiny_cfg, tmp_path):
 
 
 def test_artifacts_beside_a_sqlite_store_named_by_env(tmp_path, monkeypatch):
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     db = tmp_path / "elsewhere" / "mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")

@@ -12,13 +12,12 @@ import pytest
 import torch
 
 from flplat.algorithms import ALGORITHMS
-from flplat.algorithms.base import LocalHook
-from flplat.algorithms.fedavg import FedAvg
+from flplat.api import FedAvgStrategy, LocalHook
 from flplat.cli import main
 from flplat.studies import conformance as cf
 
 
-class NoisyAvg(FedAvg):
+class NoisyAvg(FedAvgStrategy):
     """FedAvg plus unseeded noise on the aggregate: not deterministic (deliberately broken)."""
 
     name = "test_noisy_avg"
@@ -30,7 +29,7 @@ class NoisyAvg(FedAvg):
         return state
 
 
-class ForgetfulAvg(FedAvg):
+class ForgetfulAvg(FedAvgStrategy):
     """FedAvg whose server step grows with a round counter that its checkpoint leaves out: not resumable."""
 
     name = "test_forgetful_avg"
@@ -50,7 +49,7 @@ class ForgetfulAvg(FedAvg):
         return {k: v for k, v in super().state_dict().items() if k != "count"}
 
 
-class FragileAvg(FedAvg):
+class FragileAvg(FedAvgStrategy):
     """FedAvg that requires every selected client's result: dies on the first drop-out."""
 
     name = "test_fragile_avg"
@@ -71,7 +70,7 @@ class Inspect(LocalHook):
         return None
 
 
-class InspectingAvg(FedAvg):
+class InspectingAvg(FedAvgStrategy):
     """FedAvg with an after_step hook, which vectorised clients cannot run: falls back to the per-client loop."""
 
     name = "test_inspecting_avg"
@@ -138,7 +137,7 @@ def test_invalid_config_refusals_and_a_value_that_is_not_refused(monkeypatch):
     assert not r.ok and r.detail == "algorithm.mu=0.5: accepted (the run trained), not exit 2"
 
 
-class Crashing(FedAvg):
+class Crashing(FedAvgStrategy):
     """FedAvg that checks its config with a bare ValueError: a traceback, not a one-line error."""
 
     name = "test_crashing_avg"

@@ -42,8 +42,9 @@ def fresh_warnings():
      "unknown key partition.alpha for partition 'iid' (a key of dirichlet); valid keys: name, num_clients, "
      "train_fraction, val_fraction, test_fraction"),
     (["partition.name=natural", "partition.samples_per_client=3"],
-     "unknown key partition.samples_per_client for partition 'natural' (a key of metadata, shift); valid keys: "
-     "name, num_clients, train_fraction, val_fraction, test_fraction, min_samples, max_clients, test"),
+     "unknown key partition.samples_per_client for partition 'natural' (a key of drift, metadata, mixed_shift, "
+     "shift); valid keys: name, num_clients, train_fraction, val_fraction, test_fraction, min_samples, max_clients, "
+     "test"),
     (["partition.name=shift", "partition.type=rotation"],
      "partition.type='rotation' is not valid; choose one of: concept_xy, concept_yx, feature, label"),
     (["partition.name=pqfed", "partition.rates=[0.5,2]"],

@@ -68,7 +68,7 @@ def test_creff_trains_like_fedavg_and_evaluates_the_retrained_classifier(tiny_cf
                             "federation.rounds": 1}),
                 progress=False)
     assert torch.equal(avg.state.weights, cr.state.weights)  # the carried model is FedAvg's
-    ev = cr.state.extra["eval"]
+    ev = cr.state.method.eval
     diff = (ev != cr.state.weights).nonzero().reshape(-1)
     head = cr.state.weights.numel() - 4 * 16 - 4  # the head is the last block of the flat vector (mlp [16], 4 classes)
     assert len(diff) > 0 and diff.min() >= head  # only the classifier was re-trained
@@ -76,4 +76,4 @@ def test_creff_trains_like_fedavg_and_evaluates_the_retrained_classifier(tiny_cf
     zero, _ = run(tiny_cfg(**{"algorithm.name": "creff", "algorithm.retrain_steps": 0, "algorithm.match_steps": 0,
                               "federation.rounds": 1}),
                   progress=False)
-    assert torch.equal(zero.state.extra["eval"], avg.state.weights)  # no re-training: the FedAvg model
+    assert torch.equal(zero.state.method.eval, avg.state.weights)  # no re-training: the FedAvg model

@@ -10,10 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from flplat.algorithms.base import ClientPlan, FederationInfo
 from flplat.algorithms.dapfl import DAPFL, ProximalStep
-from flplat.algorithms.fedprox import ProximalTerm
-from flplat.engine.state import ParamLayout
+from flplat.api import ClientPlan, FederationInfo, ParamLayout, ProximalTerm
 from flplat.errors import ConfigError
 from flplat.experiment import load_config, prepare, run
 from flplat.maths.dapfl_affinity import (
@@ -162,7 +160,7 @@ def test_dapfl_pull_key_selects_the_hook():
     strat = _strategy(FIG1, pull="step")
     state = strat.init_state(torch.zeros(6), np.random.default_rng(0), None)
     strat.select(state, np.random.default_rng(0), None)
-    part = int(state.extra["participants"][0])
+    part = int(state.method.participants[0])
     assert [type(h) for h in strat.plan(state, part).hooks] == [ProximalStep]
     assert [type(h) for h in _strategy(FIG1).plan(state, part).hooks] == [ProximalTerm]
 
@@ -202,7 +200,7 @@ def test_run_logs_class_buckets_and_final_summaries(tiny_cfg):
 
 def test_tracked_run_logs_summaries_and_table_shows_them(tmp_path):
     from flplat.tracking.reports import collect_runs, runs_table
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     store = str(tmp_path / "mlruns")
     over = tiny_overrides(**{"algorithm.name": "dapfl", "tracking.enabled": "true", "tracking.experiment": "dapfl-t",
@@ -240,6 +238,6 @@ def test_proximal_centre_is_the_personalised_aggregate_not_the_start():
     for a, k in enumerate(chosen):
         plan = strat.plan(state, int(k))
         (hook,) = plan.hooks
-        assert torch.equal(hook.center, state.extra["aggregated"][a]) and hook.mu == 2.0
+        assert torch.equal(hook.center, state.method.aggregated[a]) and hook.mu == 2.0
         assert torch.equal(plan.weights, state.personal.get(int(k)))
         assert not torch.equal(hook.center, plan.weights)

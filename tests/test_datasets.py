@@ -15,14 +15,9 @@ from omegaconf import OmegaConf
 
 from flplat.data import datasets as ds
 from flplat.data import files as dfiles  # the file loaders: patch here, not the re-exports in datasets
-from flplat.data.datasets import (
-    DATASETS,
-    NORMALIZATION,
-    DataFormatError,
-    DataUnavailableError,
-    load_dataset,
-    read_idx,
-)
+from flplat.data.datasets import DATASETS, load_dataset
+from flplat.data.files import NORMALIZATION, DataUnavailableError
+from flplat.data.formats import DataFormatError, read_idx
 from flplat.data.registry import data_config
 from flplat.errors import ConfigError
 

@@ -153,14 +153,14 @@ def test_fedrep_unseen_clients_are_scored_with_the_trained_clients_ensemble():
     from flplat.engine.executor import LocalExecutor
     from flplat.experiment import prepare
 
-    over = cf.tiny_overrides(**{"algorithm.name": "fedrep", "partition.name": "shift", "partition.shift_type": "label",
-                                "partition.shift_level": 1, "partition.num_unseen_clients": 4,
+    over = cf.tiny_overrides(**{"algorithm.name": "fedrep", "partition.name": "shift", "partition.type": "label",
+                                "partition.level": 1, "partition.num_unseen_clients": 4,
                                 "partition.samples_per_client": 60})
     p = prepare(load_config(None, [o for o in over if not o.startswith(("partition.alpha", "partition.min_samples"))]))
     ex = LocalExecutor(p.trainer, p.data, 0)
     s = p.strategy
     state = s.init_state(p.init_weights, np.random.default_rng(0), ex)
-    mask = state.extra["head_mask"]
+    mask = state.method.head_mask
     c = p.data.num_classes
     d = int(mask.sum()) // c - 1  # head: weight (C, D) then bias (C)
 
@@ -357,8 +357,9 @@ def test_flux_test_phase_headers_name_each_rows_declared_model(register):
     t = {x.id: x for x in flux.TABLES}
     for tid in ("test_phase", "test_phase_fmnist", "officehome_test_phase"):
         text = t[tid].notes["reduced"]
-        assert "Unseen clients are scored with the model each method declares: FedAvg, pFedMe, APFL: the global " \
-               "model; IFCA, FedRC, FedEM, FeSEM, FedDrift, CFL: the ensemble of the cluster models" in text, tid
+        assert "Unseen clients are scored with the model each method declares: FedAvg, pFedMe, pFedMe (its paper's " \
+               "settings), APFL: the global model; IFCA, FedRC, FedEM, FeSEM, FedDrift, CFL: the ensemble of the " \
+               "cluster models" in text, tid
         assert "ATP, Flux, Flux + noise guard, Flux-prior: the model inferred at test time" in text
     assert "Unseen clients" not in t["known_association"].notes["reduced"]
     register(NoUnseenModel)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flplat.algorithms.base import ClientPlan
+from flplat.api import ClientPlan
 from flplat.engine.failures import FailureModel, reject_nonfinite
 from flplat.errors import RunFailed
 from flplat.experiment import run
@@ -41,12 +41,26 @@ def test_failure_draws_are_seeded_and_counted():
 
 
 def test_nonfinite_updates_are_rejected():
-    from flplat.algorithms.base import ClientResult
+    from flplat.api import ClientResult
 
     rs = [ClientResult(0, torch.ones(3), 5, 0.1), ClientResult(1, torch.tensor([1.0, float("nan"), 0.0]), 5, 0.1),
           ClientResult(2, torch.tensor([float("inf"), 0.0, 0.0]), 5, 0.1), ClientResult(1, torch.ones(3), 5, 0.1)]
     kept, rejected = reject_nonfinite(rs)
     assert [r.client for r in kept] == [0] and rejected == 2  # client 1 fails as a whole (all its jobs)
+
+
+def test_finite_check_decides_by_the_sum_and_is_exact_where_the_sum_overflows(monkeypatch):
+    from flplat.engine.failures import all_finite
+
+    big = torch.full((4,), 3e38)  # finite, but the sum overflows to inf
+    assert all_finite(big) and all_finite(torch.zeros(0)) and all_finite(torch.ones(5, dtype=torch.float16) * 6e4)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        assert not all_finite(torch.tensor([1.0, bad, 2.0])) and not all_finite(torch.tensor([3e38, 3e38, bad]))
+    assert not all_finite(torch.tensor([float("inf"), -float("inf")]))
+    sizes, isfinite = [], torch.isfinite
+    monkeypatch.setattr(torch, "isfinite", lambda t: sizes.append(t.numel()) or isfinite(t))
+    assert all_finite(torch.ones(1000))
+    assert sizes == [1]  # a finite vector: one test of its sum, no element-wise pass
 
 
 def test_stragglers_do_less_work(tiny_cfg):

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from flplat.algorithms import ALGORITHMS
-from flplat.algorithms.base import ClientResult
 from flplat.algorithms.fedopt import FedAdam, FedOpt
+from flplat.api import ClientResult
 from flplat.errors import ConfigError
 from flplat.experiment import run
-from flplat.maths import server_opt
-from flplat.maths.server_opt import ServerOpt
+from flplat.maths import fedopt as server_opt
+from flplat.maths.fedopt import ServerOpt
 
 SPACE = Path(__file__).resolve().parents[1] / "configs" / "search_spaces" / "table2.yaml"
 W = torch.tensor([1.0, 2.0, 3.0])

@@ -7,9 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from flplat.algorithms.base import ClientResult, FederationInfo
-from flplat.algorithms.fedpfa import FedPFA
-from flplat.engine.state import ParamLayout, ServerState
+from flplat.algorithms.fedpfa import FedPFA, FedPFAState
+from flplat.api import ClientResult, FederationInfo, ParamLayout, ServerState
 from flplat.errors import ConfigError
 from flplat.experiment import run
 from flplat.maths.fedpfa_similarity import activation_sparsity, euclidean_distances
@@ -68,7 +67,7 @@ def test_grouping_by_sparsity_then_groupwise_fedavg():
 
 def test_fixed_number_of_groups():
     s = _strategy(4, num_groups=1)
-    state = ServerState(weights=torch.zeros(2), extra={"seed": 0})
+    state = ServerState(weights=torch.zeros(2), method=FedPFAState(seed=0))
     s._group(state, FakeOps(np.random.default_rng(0).random((4, 3))))
     assert state.assignment.tolist() == [0, 0, 0, 0]
 

@@ -154,7 +154,7 @@ def test_flux_recovers_planted_distributions_and_assigns_unseen_clients():
     assert s.metrics["ari"] == 1.0 and s.metrics["tau"] == len(np.unique(true))
     # unseen clients: the label-free descriptor picks the cluster of their true distribution
     strat, state = p.strategy, s.state
-    from flplat.engine.orchestrator import LocalExecutor
+    from flplat.engine.executor import LocalExecutor
 
     ex = LocalExecutor(p.trainer, p.data, 0)
     w = strat.test_time_weights(state, ex, p.data.unseen_ids)
@@ -215,7 +215,7 @@ def test_test_phase_ensemble_for_methods_without_mechanism_and_yx_not_applicable
     cfg = flux_cfg(**{"algorithm.name": "fedavg"})
     p = prepare(cfg)
     s = _run(cfg)
-    from flplat.engine.orchestrator import LocalExecutor
+    from flplat.engine.executor import LocalExecutor
 
     ex = LocalExecutor(p.trainer, p.data, 0)
     direct = np.mean([r.accuracy for r in ex.evaluate([(q, s.state.weights) for q in p.data.unseen_ids], "test")])
@@ -234,9 +234,8 @@ def test_flux_config_errors():
 
 
 def test_recluster_warm_starts_each_new_cluster_from_the_nearest_previous_centroid():
-    from flplat.algorithms.base import FederationInfo
-    from flplat.algorithms.flux import Flux
-    from flplat.engine.state import ParamLayout, ServerState
+    from flplat.algorithms.flux import Flux, FluxState
+    from flplat.api import FederationInfo, ParamLayout, ServerState
 
     info = FederationInfo(num_clients=4, num_classes=2, num_samples=np.ones(4), label_counts=np.ones((4, 2)),
                           client_fraction=1.0, local_epochs=1, layout=ParamLayout(torch.nn.Linear(1, 1)),
@@ -251,14 +250,14 @@ def test_recluster_warm_starts_each_new_cluster_from_the_nearest_previous_centro
 
     state = ServerState(round=5, weights=torch.zeros(2), clusters=torch.tensor([[10.0, 10.0], [20.0, 20.0]]),
                         assignment=np.array([0, 0, 1, 1]))
-    state.extra = {"descriptor_bytes": 0.0, "pca_components": torch.zeros(1, 1), "pca_mean": torch.zeros(1),
-                   "pca_ranges": np.ones(1), "descriptor_model": torch.zeros(2),
-                   "scaler": np.stack([np.zeros(4), np.ones(4)]),  # identity scaling
-                   "centroids": np.stack([np.zeros(L), np.ones(L)]), "descriptors": np.full((4, L), np.nan)}
+    state.method = FluxState(pca_components=torch.zeros(1, 1), pca_mean=torch.zeros(1), pca_ranges=np.ones(1),
+                             descriptor_model=torch.zeros(2),
+                             scaler=np.stack([np.zeros(4), np.ones(4)]),  # identity scaling
+                             centroids=np.stack([np.zeros(L), np.ones(L)]), descriptors=np.full((4, L), np.nan))
     flux._recluster(state, np.arange(4), Ops())
     assert state.assignment.tolist() == [0, 0, 1, 1]  # renumbered by first appearance
     assert state.clusters.tolist() == [[20.0, 20.0], [10.0, 10.0]]  # cluster 0 warm-starts from old cluster 1
-    assert np.allclose(state.extra["centroids"][0], 0.95)
+    assert np.allclose(state.method.centroids[0], 0.95)
 
 
 def test_flux_soft_weights_are_similarity_times_size_over_participants():
@@ -266,15 +265,14 @@ def test_flux_soft_weights_are_similarity_times_size_over_participants():
     threshold)."""
     from types import SimpleNamespace
 
-    from flplat.algorithms.base import ClientResult
-    from flplat.algorithms.flux import FluxSoft
-    from flplat.engine.state import ClientStore, ServerState
+    from flplat.algorithms.flux import FluxSoft, FluxState
+    from flplat.api import ClientResult, ClientStore, ServerState
 
     def personal_models(threshold):
         strat = FluxSoft.__new__(FluxSoft)
         strat.cfg, strat.info = FluxSoft.Config(soft_threshold=threshold), SimpleNamespace(num_clients=3)
         state = ServerState(weights=torch.zeros(1))
-        state.extra = {"descriptors": np.array([[0.0], [1.0], [3.0]]), "bandwidth": 1.0}
+        state.method = FluxState(descriptors=np.array([[0.0], [1.0], [3.0]]), bandwidth=1.0)
         state.personal = ClientStore(3, 1, torch.zeros(1))
         results = [ClientResult(0, torch.tensor([0.0]), 1, 0.0), ClientResult(1, torch.tensor([1.0]), 3, 0.0)]
         strat._soft_aggregate(state, results, np.array([0, 1]))
@@ -290,9 +288,8 @@ def test_test_phase_ensemble_weights_each_cluster_model_by_its_number_of_clients
     """App. F.2: methods without a test-time mechanism predict with Σ_c (n_c / Σ n) softmax(f(x; θ_c))."""
     from types import SimpleNamespace
 
-    from flplat.api import ClusteredStrategy
+    from flplat.api import ClusteredStrategy, ServerState
     from flplat.engine.evaluation import Evaluator, ensemble_accuracy
-    from flplat.engine.state import ServerState
 
     probs = {0.0: torch.tensor([[0.7, 0.3]]), 1.0: torch.tensor([[0.1, 0.9]])}  # model θ_c = [c]
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from test_flux import _run, flux_cfg
 
+from flplat.algorithms.flux import FluxState
+from flplat.api import ConfigError, ServerState
 from flplat.cli import main
-from flplat.engine.state import ServerState
-from flplat.errors import ConfigError
 from flplat.maths.clustering import (
     hdbscan,
     noise_as_singletons,
@@ -75,7 +75,7 @@ def test_descriptor_parts_send_their_entries_and_cluster_on_them():
     for part, floats in (("mu_x", 10), ("means", 110)):
         s = _run(flux_cfg(**{"algorithm.descriptor_part": part}))
         assert s.metrics["descriptor_bytes_per_client"] == floats * 4, part
-        assert s.state.extra["centroids"].shape[1] == floats and s.metrics["ari"] == 1.0
+        assert s.state.method.centroids.shape[1] == floats and s.metrics["ari"] == 1.0
 
 
 def test_the_clustering_sees_only_the_part():
@@ -89,7 +89,7 @@ def test_the_clustering_sees_only_the_part():
     got = {}
     for p, cfg in strat.items():
         s = prepare(cfg).strategy
-        state = ServerState(weights=torch.zeros(1), extra={"pca_components": torch.zeros(1, 4)})
+        state = ServerState(weights=torch.zeros(1), method=FluxState(pca_components=torch.zeros(1, 4)))
         got[p] = s._cluster(state, d, np.arange(6)).tolist()
     assert got["mu_x"] == [0, 0, 0, 1, 1, 1] and got["marginal"] != got["mu_x"]
 
@@ -116,9 +116,10 @@ def _assign(mode: str, seed_rng: int = 0):
     state = strat.init_state(torch.zeros(1), np.random.default_rng(seed_rng), None)
     L = 2 * (strat.info.num_classes + 1)  # l = 1
     state.clusters = torch.tensor([[0.0], [1.0], [2.0]])
-    state.extra.update({"pca_components": torch.zeros(1, 4), "pca_mean": torch.zeros(4), "pca_ranges": np.ones(1),
-                        "descriptor_model": torch.zeros(1), "scaler": np.stack([np.zeros(4), np.ones(4)]),
-                        "centroids": np.array([[0.0], [1.0], [2.0]]), "descriptors": np.zeros((8, L))})
+    st = state.method
+    st.pca_components, st.pca_mean, st.pca_ranges = torch.zeros(1, 4), torch.zeros(4), np.ones(1)
+    st.descriptor_model, st.scaler = torch.zeros(1), np.stack([np.zeros(4), np.ones(4)])
+    st.centroids, st.descriptors = np.array([[0.0], [1.0], [2.0]]), np.zeros((8, L))
 
     class Ops:
         def compute(self, requests, fn, split="train", seed=0):
@@ -132,7 +133,7 @@ def test_random_test_time_assignment_differs_from_the_nearest_centroid():
     assert nearest == [0] * 6
     rand, state = _assign("random")
     assert rand != nearest and set(rand) <= {0, 1, 2} and rand == _assign("random")[0]  # reproducible
-    assert "assignment_seed" in state.extra and "assignment_seed" not in _assign("descriptor")[1].extra
+    assert state.method.assignment_seed is not None and _assign("descriptor")[1].method.assignment_seed is None
     assert _assign("random", seed_rng=1)[0] != rand  # a run seed of its own
 
 

@@ -10,11 +10,10 @@ from torch import nn
 
 from flplat.algorithms.apfl import PersonalMixture
 from flplat.algorithms.atp import adapt, alpha_grad, entropy
-from flplat.algorithms.base import ClientPlan, ClientView, HookContext
 from flplat.algorithms.ifca import cluster_losses
 from flplat.algorithms.pfedme import MoreauEnvelope
-from flplat.engine.orchestrator import LocalExecutor
-from flplat.engine.state import ParamLayout
+from flplat.api import ClientPlan, ClientView, HookContext, ParamLayout
+from flplat.engine.executor import LocalExecutor
 from flplat.experiment import prepare, run
 
 
@@ -89,13 +88,13 @@ def test_fedem_e_step_puts_weight_on_the_component_that_fits(tiny_cfg):
     (q, y), = s.e_step(state, [2], ex)
     assert q.shape == (2, p.data.num_samples("train")[2])
     torch.testing.assert_close(q.sum(0), torch.ones(q.shape[1], dtype=q.dtype))
-    assert state.extra["pi"][2, 0] > 0.6 and state.extra["pi"][2].sum() == pytest.approx(1.0)
-    assert state.extra["pi"][0].tolist() == [0.5, 0.5]  # clients not in the E-step keep their π
+    assert state.method.pi[2, 0] > 0.6 and state.method.pi[2].sum() == pytest.approx(1.0)
+    assert state.method.pi[0].tolist() == [0.5, 0.5]  # clients not in the E-step keep their π
 
 
 def test_fedem_trains_every_component_on_its_drawn_samples(tiny_cfg):
     s = _run(tiny_cfg(**{"algorithm.name": "fedem", "algorithm.num_components": 3, "federation.rounds": 2}))
-    pi = s.state.extra["pi"]
+    pi = s.state.method.pi
     np.testing.assert_allclose(pi.sum(axis=1), 1.0)
     assert s.history[0]["num_participants"] == 3 and 0 <= s.metrics["mixture_accuracy"] <= 1
     np.testing.assert_array_equal(s.state.assignment, pi.argmax(axis=1))
@@ -103,7 +102,7 @@ def test_fedem_trains_every_component_on_its_drawn_samples(tiny_cfg):
 
 def test_fedrc_keeps_soft_label_counts_consistent(tiny_cfg):
     s = _run(tiny_cfg(**{"algorithm.name": "fedrc", "algorithm.num_clusters": 2, "federation.rounds": 2}))
-    mass = s.state.extra["label_mass"]  # (K, M, C): Σ over clusters = each client's label counts
+    mass = s.state.method.label_mass  # (K, M, C): Σ over clusters = each client's label counts
     p = prepare(tiny_cfg(**{"algorithm.name": "fedrc"}))
     np.testing.assert_allclose(mass.sum(axis=1), p.data.label_counts("train"), rtol=1e-9)
     assert s.metrics["tau"] == 2
@@ -120,7 +119,7 @@ def test_feddrift_merges_close_clusters_and_creates_new_ones(tiny_cfg):
         p.strategy.cfg = type(p.strategy.cfg)(merge_threshold=threshold)
         state = p.strategy.init_state(p.init_weights, np.random.default_rng(0), ex)
         state.clusters = torch.stack([good, p.init_weights])
-        state.extra["trained"] = np.ones(2, dtype=bool)
+        state.method.trained = np.ones(2, dtype=bool)
         state.assignment = np.array([0, 1, 0, 1, 0, 1])
         state.round = 1
         best = cluster_losses(state, ex, range(6)).argmin(axis=1)
@@ -138,7 +137,7 @@ def test_feddrift_merges_close_clusters_and_creates_new_ones(tiny_cfg):
     p2, ex2 = _setup(tiny_cfg, **over, **{"algorithm.init": "single", "algorithm.drift_rule": "absolute",
                                           "algorithm.drift_threshold": 0.0, "algorithm.merge_threshold": 0.0})
     st = p2.strategy.init_state(p2.init_weights, np.random.default_rng(0), ex2)
-    st.extra["trained"][:] = True
+    st.method.trained[:] = True
     st.round = 1
     p2.strategy.select(st, np.random.default_rng(0), ex2)
     assert st.clusters.shape[0] == 6 and len(np.unique(st.assignment)) == 6
@@ -260,9 +259,9 @@ def test_atp_test_time_weights_adapt_without_labels(tiny_cfg):
     cfg = tiny_cfg(**{"algorithm.name": "atp", "federation.rounds": 4, "algorithm.alpha_lr": 0.1})
     s = _run(cfg)
     p = prepare(cfg)
-    alpha = s.state.extra["alpha"]
+    alpha = s.state.method.alpha
     assert alpha.shape == (int(sum(p.trainer.layout.is_param)),) and alpha.abs().max() > 0
-    s.state.extra["alpha"] = torch.full_like(alpha, 0.5)  # a clear adaptation step for the check below
+    s.state.method.alpha = torch.full_like(alpha, 0.5)  # a clear adaptation step for the check below
     ws = p.strategy.test_time_weights(s.state, _NoLabels(p), range(6))
     assert len(ws) == 6
     for k, w in enumerate(ws):
@@ -302,14 +301,14 @@ def test_feddrift_default_rule_detects_a_loss_increase_not_an_absolute_loss():
     was last scored gets a new cluster, even when another model fits it below δ (the `absolute` rule would not)."""
     from types import SimpleNamespace
 
-    from flplat.algorithms.feddrift import FedDrift
-    from flplat.engine.state import ServerState
+    from flplat.algorithms.feddrift import FedDrift, FedDriftState
+    from flplat.api import ServerState
 
     def after_select(cfg):
         info = SimpleNamespace(num_clients=2, client_fraction=1.0, num_samples=np.array([10, 10]))
         strat = FedDrift(cfg, info)
         state = ServerState(clusters=torch.tensor([[0.0], [1.0]]), assignment=np.array([0, 1]))
-        state.extra = {"trained": np.array([True, True]), "last_loss": np.array([0.1, 0.05])}
+        state.method = FedDriftState(trained=np.array([True, True]), last_loss=np.array([0.1, 0.05]))
         loss = np.array([[0.9, 0.4],  # client 0: +0.8 > δ = 0.5 under its model 0; model 1 fits it at 0.4 < δ
                          [0.9, 0.05]])  # client 1: unchanged
         strat._scores = lambda state, ops, clients: loss
@@ -320,7 +319,7 @@ def test_feddrift_default_rule_detects_a_loss_increase_not_an_absolute_loss():
     state = after_select(FedDrift.Config())
     assert state.assignment[0] != state.assignment[1] and state.clusters.shape[0] == 2  # a new cluster for client 0
     assert state.clusters[state.assignment[0]].tolist() == [1.0]  # started from its best model (model 1)
-    assert not state.extra["trained"][state.assignment[0]]
+    assert not state.method.trained[state.assignment[0]]
     absolute = after_select(FedDrift.Config(drift_rule="absolute"))
     assert absolute.assignment.tolist() == [0, 0] and absolute.clusters.shape[0] == 1  # joins model 1, no drift
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from flplat.engine.state import ServerState
+from flplat.algorithms.flux import FluxState
+from flplat.api import ServerState
 from flplat.experiment import load_config, prepare
 from flplat.maths.clustering import adaptive_dbscan, noise_ratios
 from flplat.maths.flux_descriptors import DescriptorScaler, flatten, moments, sampling_variance
@@ -91,9 +92,8 @@ def _flux(**extra):
 
 def _state(strat, d):
     sc = DescriptorScaler(1).fit(d)
-    return ServerState(weights=torch.zeros(1), extra={"pca_components": torch.zeros(1, 4), "pca_ranges": np.ones(1),
-                                                      "descriptor_bytes": 0.0,
-                                                      "scaler": np.stack([sc.mins, sc.maxs])})
+    return ServerState(weights=torch.zeros(1), method=FluxState(pca_components=torch.zeros(1, 4), pca_ranges=np.ones(1),
+                                                                scaler=np.stack([sc.mins, sc.maxs])))
 
 
 def test_flux_clusters_with_the_knee_alone_by_default_and_the_noise_guard_when_asked():
@@ -110,7 +110,7 @@ def test_flux_clusters_with_the_knee_alone_by_default_and_the_noise_guard_when_a
     d = strat._scaler(state).transform(raw)
     assert (noise_ratios(d, sampling_variance(d, strat._scaler(state), n, u)) > 1.2).all()
     labels = strat._cluster(state, d, np.arange(6))
-    assert labels.tolist() == list(range(6)) and state.extra["knee_guard"] == 2.0  # "beyond"
+    assert labels.tolist() == list(range(6)) and state.method.knee_guard == 2.0  # "beyond"
     assert strat.round_metrics(state)["dbscan_guard"] == 2.0
     off = _flux()  # the default: the knee alone pairs some of them
     assert off._cluster(_state(off, raw), d, np.arange(6)).max() + 1 < 6
@@ -144,10 +144,10 @@ def test_descriptor_part_marginal_end_to_end_sends_only_the_label_free_part():
             "federation.local_epochs": 1, "fabric.num_threads": 1, "tracking.enabled": "false", "seed": 0}
     s = run(load_config(None, [f"{k}={v}" for k, v in over.items()]), progress=False)[0]
     assert s.metrics["descriptor_bytes_per_client"] == 2 * 3 * 4  # 2l floats, no class statistics
-    d = s.state.extra["descriptors"]
+    d = s.state.method.descriptors
     known = np.isfinite(d[:, 0])
     assert known.sum() >= 6 and (d[known, 6:] == -1.0).all()  # the class part is the missing fill
-    assert s.state.extra["centroids"].shape[1] == 6  # centroids in d' (late joiners, test phase)
+    assert s.state.method.centroids.shape[1] == 6  # centroids in d' (late joiners, test phase)
     with pytest.raises(Exception, match="algorithm.descriptor_part='labels' is not valid"):
         load_config(None, ["algorithm.name=flux", "algorithm.descriptor_part=labels"])
 

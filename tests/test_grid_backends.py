@@ -25,7 +25,7 @@ SMOKE = ["reproduce", "dapfl", "table3_digits", "--scale", "smoke", "--cells", "
 def _client(store):
     from mlflow.tracking import MlflowClient
 
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     return MlflowClient(tracking_uri=store_uris(None, str(store))[0])
 

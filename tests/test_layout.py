@@ -15,7 +15,8 @@ PKG = REPO / "flplat"
 
 # Bottom to top. A module may import modules of its own layer or of a lower one, never of a higher one.
 LAYERS = [
-    ("flplat.errors",),                       # the input error and one-line checks: imports nothing of flplat
+    ("flplat.errors", "flplat.deprecation"),  # the input error and one-line checks; the one deprecation helper:
+    #                                           both import nothing of flplat
     ("flplat.config", "flplat.config_io", "flplat.config_load", "flplat.config_sections"),  # the run frame
     #                                           (registries are handed in); config text and hash; parsing text
     #                                           into a config; one section checked against its entry's Config
@@ -23,6 +24,8 @@ LAYERS = [
     #                                           LocalHook, ...), derive_seed, registries' bookkeeping
     ("flplat.maths", "flplat.metrics"),       # pure maths of the methods; evaluation and non-IID metrics
     ("flplat.data", "flplat.models"),         # datasets, partitions; model registry
+    ("flplat.blocks",),                       # what several methods are made of (aggregation, hooks, several
+    #                                           models, mixtures, selection): exported by the api
     ("flplat.api",),                          # the public API plugins import (and the built-in algorithms too)
     ("flplat.algorithms",),                   # one strategy per file
     ("flplat.configure", "flplat.plugins"),   # load_config: the registries meet the config (no engine, no Fabric);
@@ -149,6 +152,7 @@ def test_imports_go_only_downwards():
 def test_errors_module_imports_nothing_of_flplat():
     graph = import_graph(_modules())
     assert graph["flplat.errors"] == set()
+    assert graph["flplat.deprecation"] == set()
     assert graph["flplat.config"] <= {"flplat.errors", "flplat.config_sections"}
     assert graph["flplat.config_load"] <= {"flplat.errors", "flplat.config", "flplat.config_sections"}
     assert graph["flplat.config_sections"] <= {"flplat.errors"}
@@ -178,6 +182,123 @@ def test_top_level_is_the_design_cards():
     allowed = {"pyproject.toml", "README.md", "CHANGELOG.md", "flplat", "configs", "tests", "mlruns", "tools", "docs",
                ".ci", ".gitignore"}
     assert top <= allowed, f"unexpected top-level entries: {sorted(top - allowed)}"
+
+
+# ---- the algorithms' door ---------------------------------------------------------------------------------------
+# A built-in algorithm is a plugin that ships with flplat: a module of flplat/algorithms imports flplat.api and at most
+# its own maths module, never another algorithm file (what methods share lives in flplat.blocks, exported by the api).
+# "Own": a method file NAME.py owns flplat.maths.NAME and flplat.maths.NAME_* (fedopt -> maths.fedopt, flux ->
+# maths.flux_descriptors, dapfl -> maths.dapfl_affinity). Outside flplat, anything (stdlib, numpy, torch, sklearn...).
+# Not method files: the package (it imports every method to register it) and the old import path algorithms.base,
+# kept with a deprecation warning.
+NOT_METHODS = {"flplat.algorithms", "flplat.algorithms.base"}
+
+
+def owns(method: str, module: str) -> bool:
+    """Whether ``module`` is the own maths module of the method file ``method`` (the naming rule above)."""
+    stem = method.rpartition(".")[2]
+    return module == f"flplat.maths.{stem}" or module.startswith(f"flplat.maths.{stem}_")
+
+
+def flplat_imports(source: str, module: str, mods) -> set[str]:
+    """The modules of flplat that ``source`` (module ``module``) imports: ``from a import b`` names ``a.b`` when that
+    is a module, else ``a`` (a package's ``__init__`` is imported for its names, not for a submodule)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")[:-node.level]
+                base = ".".join(parts + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+        else:
+            continue
+        for t in targets:
+            if t == "flplat" or t.startswith("flplat."):
+                while t not in mods and "." in t:
+                    t = t.rpartition(".")[0]
+                out.add(t)
+    return out
+
+
+def door_violations(module: str, source: str, mods) -> list[str]:
+    return sorted(f"{module} imports {t}" for t in flplat_imports(source, module, mods)
+                  if t != "flplat.api" and not owns(module, t))
+
+
+def test_door_rule_catches_a_method_that_goes_around_the_api():
+    mods = set(_modules())
+    ok = ("from flplat.api import Strategy, fedavg\nfrom flplat.maths.flux_descriptors import moments\n"
+          "import numpy as np\nfrom flplat.maths import flux_fidelity\n")
+    assert door_violations("flplat.algorithms.flux", ok, mods | {"flplat.maths.flux_fidelity"}) == []
+    bad = ("from flplat.algorithms.fedavg import FedAvg\nfrom flplat.maths.aggregation import fedavg\n"
+           "from flplat.errors import ConfigError\nfrom flplat.maths import dapfl_affinity\n"
+           "import flplat.engine.state\nfrom . import ifca\n")
+    assert door_violations("flplat.algorithms.fedamp", bad, mods) == [
+        "flplat.algorithms.fedamp imports flplat.algorithms.fedavg",
+        "flplat.algorithms.fedamp imports flplat.algorithms.ifca",
+        "flplat.algorithms.fedamp imports flplat.engine.state",
+        "flplat.algorithms.fedamp imports flplat.errors",
+        "flplat.algorithms.fedamp imports flplat.maths.aggregation",
+        "flplat.algorithms.fedamp imports flplat.maths.dapfl_affinity",
+    ]
+    assert owns("flplat.algorithms.dapfl", "flplat.maths.dapfl_affinity")
+    assert not owns("flplat.algorithms.fed", "flplat.maths.fedopt")  # NAME or NAME_*, not a prefix of a word
+
+
+def test_algorithms_import_only_the_api_and_their_own_maths():
+    mods = _modules()
+    methods = {m: p for m, p in mods.items() if m.startswith("flplat.algorithms.") and m not in NOT_METHODS}
+    assert len(methods) > 20
+    bad = [v for m, p in sorted(methods.items()) for v in door_violations(m, p.read_text(), set(mods))]
+    assert not bad, "a built-in goes around flplat.api:\n" + "\n".join(bad)
+
+
+# A method's state between rounds is its own dataclass in ServerState.method; ServerState.extra (string keys) is
+# deprecated. In the built-ins and the blocks, ``.extra`` is read only on a client result (``r.extra``: what a hook
+# sends back), and no ServerState is built with ``extra=``.
+RESULT_NAMES = {"r"}
+
+
+def extra_uses(source: str) -> list[str]:
+    """Each ``X.extra`` with X not a client result's name, and each call passing ``extra=``, by line."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "extra":
+            if not (isinstance(node.value, ast.Name) and node.value.id in RESULT_NAMES):
+                out.append((node.lineno, f"line {node.lineno}: {ast.unparse(node)}"))
+        elif isinstance(node, ast.Call) and any(k.arg == "extra" for k in node.keywords) and \
+                ast.unparse(node.func).rpartition(".")[2] != "ClientResult":  # a client's extra results are fine
+            out.append((node.lineno, f"line {node.lineno}: {ast.unparse(node.func)}(extra=...)"))
+    return [text for _, text in sorted(out)]
+
+
+def test_extra_finder_sees_server_state_extra():
+    src = ("state.extra['pi'] = 1\nx = st.extra.get('a')\nServerState(weights=w, extra={})\n"
+           "v = r.extra['v']\nself.state.extra = {}\nClientResult(client=1, extra={})\n")
+    assert extra_uses(src) == ["line 1: state.extra", "line 2: st.extra", "line 3: ServerState(extra=...)",
+                               "line 5: self.state.extra"]
+
+
+def test_no_builtin_uses_server_state_extra():
+    """Neither the built-ins nor anything else of flplat, its tools or the example plugin (only the deprecated
+    property itself, in flplat/protocol/state.py)."""
+    files = [p for d in ("flplat", "tools", "docs/examples") for p in sorted((REPO / d).rglob("*.py"))
+             if p != PKG / "protocol" / "state.py"]
+    bad = [f"{p.relative_to(REPO)} {u}" for p in files for u in extra_uses(p.read_text())]
+    assert not bad, "ServerState.extra in a built-in (use the method's dataclass in state.method):\n" + "\n".join(bad)
+
+
+def test_the_example_plugin_imports_only_the_api():
+    """The example plugin is what an outside user copies: it reaches flplat through flplat.api alone."""
+    mods = set(_modules())
+    files = sorted((REPO / "docs" / "examples" / "flplat_example_plugin").rglob("*.py"))
+    assert len(files) >= 4
+    bad = [f"{p.relative_to(REPO)} imports {t}" for p in files
+           for t in flplat_imports(p.read_text(), "flplat_example_plugin.x", mods) if t != "flplat.api"]
+    assert not bad, "\n".join(bad)
 
 
 def _calls_on(tree: ast.AST, name: str) -> set[str]:
@@ -248,3 +369,32 @@ def test_the_round_loop_is_small_and_no_method_identity_decides_behaviour():
     found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in PKG.rglob("*.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if identity.search(line)]
     assert not found, "\n".join(found)
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``path:line name (n lines)`` of every function or method under ``root`` longer than ``limit`` lines."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    out.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({n} lines)")
+    return out
+
+
+def test_long_function_finder_counts_lines(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    lines = [f"    x{i} = {i}" for i in range(60)]
+    ok = "def ok():\n" + "\n".join(lines[:59])  # 60 lines: the limit
+    long = "def long():\n" + "\n".join(lines)  # 61 lines
+    (pkg / "m.py").write_text(f"{ok}\n\n\n{long}\n")
+    assert long_functions(pkg) == ["pkg/m.py:63 long (61 lines)"]  # ok() ends at line 60; long() is line 63
+
+
+def test_no_function_in_the_package_is_over_60_lines():
+    assert long_functions(PKG) == []

@@ -9,20 +9,18 @@ import pytest
 import torch
 from torch import nn
 
-from flplat.algorithms.fedem import draw_components
 from flplat.algorithms.fedrc import FedRC
 from flplat.algorithms.fesem import nearest_center, weighted_kmeans_step
-from flplat.engine.state import ParamLayout
-from flplat.maths.multimodel import (
-    cluster_losses,
-    drift_distance,
-    merge_groups,
+from flplat.api import (
+    ParamLayout,
+    draw_components,
     mixture_correct,
     random_models,
     responsibilities,
     sample_losses,
     stacked_logits,
 )
+from flplat.maths.feddrift import cluster_losses, drift_distance, merge_groups
 
 
 def _net():

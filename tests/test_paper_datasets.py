@@ -17,7 +17,9 @@ import pytest
 import torch
 from conftest import REPO
 
-from flplat.data.datasets import DataFormatError, DataUnavailableError, load_dataset
+from flplat.data.datasets import load_dataset
+from flplat.data.files import DataUnavailableError
+from flplat.data.formats import DataFormatError
 from flplat.data.text import build_vocab, encode, tokenize
 from flplat.errors import ConfigError
 

@@ -274,10 +274,9 @@ def test_test_phase_ensemble_of_multi_label_models_uses_sigmoids_and_reports_aur
     data: the ensemble of per-label probabilities, scored by exact match and by macro ROC AUC."""
     from types import SimpleNamespace
 
-    from flplat.api import ClusteredStrategy
+    from flplat.api import ClusteredStrategy, ServerState
     from flplat.engine.evaluation import Evaluator, ensemble_accuracy, known_association
     from flplat.engine.executor import _softmax_and_labels
-    from flplat.engine.state import ServerState
 
     y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     probs = {0.0: torch.tensor([[0.9, 0.2], [0.2, 0.1], [0.6, 0.3]]),  # model θ_0 = [0]
@@ -330,9 +329,8 @@ def test_text_model_saved_by_mlflow_rebuilds_with_the_filled_vocabulary(isolated
 def test_methods_own_losses_and_flux_descriptors_take_multi_label_targets() -> None:
     """The multi-model losses (IFCA, FedEM, FeSEM, FedDrift, FedSoft), FedEM's mixture predictor and Flux's
     label-conditional moments read y (n, C) of 0/1 as labels, not as class probabilities."""
-    from flplat.engine.state import ParamLayout
+    from flplat.api import ParamLayout, mixture_correct, sample_losses
     from flplat.maths.flux_descriptors import moments
-    from flplat.maths.multimodel import mixture_correct, sample_losses
 
     net = build_model({"name": "logreg"}, (2,), 2)
     lay = ParamLayout(net)
@@ -357,8 +355,7 @@ def test_methods_own_losses_and_flux_descriptors_take_multi_label_targets() -> N
 def test_apfl_personal_step_uses_binary_cross_entropy_on_multi_label_batches() -> None:
     """APFL's v-step differentiates the task loss: BCE for y (B, C), not a soft-label cross-entropy."""
     from flplat.algorithms.apfl import PersonalMixture
-    from flplat.algorithms.base import HookContext
-    from flplat.engine.state import ParamLayout
+    from flplat.api import HookContext, ParamLayout
 
     torch.manual_seed(0)
     net = build_model({"name": "logreg"}, (3,), 2)
@@ -417,7 +414,7 @@ def test_batch_norm_running_statistics_travel_in_the_flat_vector_and_are_average
     (flplat/engine/state.py): clients send the statistics they updated, FedAvg averages them like parameters
     (sample-weighted), and a client evaluates with the loaded ones. num_batches_tracked (int) is not carried: with
     the default momentum it is never read."""
-    from flplat.engine.state import ParamLayout
+    from flplat.api import ParamLayout
 
     net = build_model({"name": "cifar_cnn", "widths": [2], "block_dropout": [0.0], "dense": 3, "dense_dropout": 0.0},
                       (1, 4, 4), 2)
@@ -433,8 +430,7 @@ def test_batch_norm_running_statistics_travel_in_the_flat_vector_and_are_average
     assert not torch.equal(a[rm], start[rm])
     lay.load(start)  # loading a vector restores the statistics too
     assert torch.equal(lay.flatten(), start)
-    from flplat.algorithms.base import ClientResult
-    from flplat.maths.aggregation import fedavg
+    from flplat.api import ClientResult, fedavg
 
     agg = fedavg([ClientResult(0, a, 3, 0.0), ClientResult(1, start, 1, 0.0)])
     assert torch.allclose(agg[rm], 0.75 * a[rm] + 0.25 * start[rm])

@@ -43,7 +43,8 @@ OWN = {"iid": {}, "dirichlet": {"alpha": 0.5}, "similarity": {"similarity": 0.5}
 
 
 def test_registry() -> None:
-    assert set(PARTITIONS) == {"iid", "dirichlet", "similarity", "cafa", "pqfed", "shift", "natural", "metadata"}
+    assert set(PARTITIONS) == {"iid", "dirichlet", "similarity", "cafa", "pqfed", "shift", "natural", "metadata",
+                               "mixed_shift", "drift"}
 
 
 @pytest.mark.parametrize("name", ["iid", "dirichlet"])
@@ -142,7 +143,8 @@ def test_dirichlet_infeasible_after_retries() -> None:
 
 
 def test_dispatch_errors() -> None:
-    with pytest.raises(ConfigError, match="cafa, dirichlet, iid, metadata, natural, pqfed, shift, similarity"):
+    names = "cafa, dirichlet, drift, iid, metadata, mixed_shift, natural, pqfed, shift, similarity"
+    with pytest.raises(ConfigError, match=names):
         partition(balanced(), partition_config(name="nope"), np.random.default_rng(0))
     with pytest.raises(ConfigError, match="partition.num_clients"):
         partition(np.arange(5) % 2, partition_config(name="iid", num_clients=6), np.random.default_rng(0))

@@ -10,10 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from flplat.algorithms.base import ClientPlan, ClientResult, FederationInfo, HookContext
 from flplat.algorithms.fedamp import attention_weights
 from flplat.algorithms.feddyn import DynamicRegularizer, FedDyn
-from flplat.engine.state import ParamLayout
+from flplat.api import ClientPlan, ClientResult, FederationInfo, HookContext, ParamLayout
 from flplat.experiment import prepare, run
 
 
@@ -107,14 +106,14 @@ def test_fedamp_cloud_model_leans_to_the_similar_client():
     for k, w in enumerate(([1.0, 0.0], [1.0, 0.1], [-1.0, 0.0])):
         state.personal.set(k, torch.tensor(w))
     assert strat.select(state, np.random.default_rng(0), None).tolist() == [0, 1, 2]
-    u0 = state.extra["cloud"][0]
+    u0 = state.method.cloud[0]
     assert float((u0 - torch.tensor([1.0, 0.0])).norm()) < 0.1  # mostly itself and its similar client 1
     plan = strat.plan(state, 0)
     assert torch.equal(plan.weights, state.personal.get(0)) and plan.hooks[0].mu == pytest.approx(1.0)
     # FedAMP's local objective: the proximal centre is the cloud model u_i, training starts from w_i
     for k in range(3):
         plan = strat.plan(state, k)
-        assert torch.equal(plan.hooks[0].center, state.extra["cloud"][k])
+        assert torch.equal(plan.hooks[0].center, state.method.cloud[k])
         assert not torch.equal(plan.hooks[0].center, plan.weights)
 
 
@@ -134,7 +133,7 @@ def test_feddyn_server_and_client_state_updates_by_hand():
     d1, d2 = torch.tensor([1.0, 2.0, 0.0, -1.0]), torch.tensor([3.0, 0.0, 2.0, 1.0])
     state = strat.aggregate(state, [ClientResult(0, d1, 10, 0.0), ClientResult(2, d2, 30, 0.0)], None)
     h = -0.5 * (d1 + d2) / 4  # h = 0 - α/K Σ (θ_k - θ^{t-1})
-    assert torch.allclose(state.extra["h"], h)
+    assert torch.allclose(state.method.h, h)
     assert torch.allclose(state.weights, (d1 + d2) / 2 - h / 0.5)  # uniform mean - h/α
     assert torch.allclose(state.personal.get(0), -0.5 * d1) and torch.allclose(state.personal.get(2), -0.5 * d2)
     assert torch.equal(state.personal.get(1), torch.zeros(4))
@@ -156,4 +155,4 @@ def test_feddyn_trains(tiny_cfg):
     s = _run(tiny_cfg(**{"algorithm.name": "feddyn", "federation.rounds": 3}))
     assert np.isfinite(s.metrics["global_accuracy"])
     assert 3 <= sum(s.state.personal.has(k) for k in range(6)) <= 6  # participants hold their state h_k
-    assert s.state.extra["h"].abs().sum() > 0
+    assert s.state.method.h.abs().sum() > 0

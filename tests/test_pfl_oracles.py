@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flplat.algorithms.base import LocalHook
+from flplat.api import LocalHook
 from flplat.engine.executor import LocalExecutor
 from flplat.experiment import load_config, prepare
 
@@ -150,7 +150,7 @@ def test_apfl_one_round_by_hand():
         w, v = w_new, v_new  # Eq. 10 above: α ← Π(α − η_α ⟨v − w, ∇f(v̄)⟩)
     _close(state.weights, _pack(w))
     _close(state.personal.get(0), _pack(v))
-    assert float(state.extra["alpha"][0]) == pytest.approx(a, abs=ATOL)
+    assert float(state.method.alpha[0]) == pytest.approx(a, abs=ATOL)
 
 
 # ---- FedRep (Collins et al., ICML 2021, Algorithm 1) -------------------------------------------------------------

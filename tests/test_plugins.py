@@ -61,20 +61,26 @@ def _runs(store):
 # --------------------------------------------------------------------------------------------- the public API
 
 
-def test_api_exports_the_protocol_types_and_old_paths_still_work():
+def test_api_exports_the_protocol_types_and_old_paths_warn():
     import flplat.algorithms as algorithms
     import flplat.algorithms.base as base
     import flplat.api as api
     import flplat.engine.state as state
     from flplat.data.partitions import register_partition
+    from flplat.deprecation import FlplatDeprecationWarning
     from flplat.protocol import seeding, strategy
 
     for name in api.__all__:
         assert hasattr(api, name), name
     for name in ("Strategy", "LocalHook", "ClientPlan", "ClientResult", "EvalResult", "HookContext", "FederationInfo"):
-        assert getattr(api, name) is getattr(strategy, name) is getattr(base, name)
-    assert api.ServerState is state.ServerState and api.ClientStore is state.ClientStore
-    assert api.derive_seed is state.derive_seed is seeding.derive_seed
+        with pytest.warns(FlplatDeprecationWarning, match=rf"flplat\.algorithms\.base\.{name} is deprecated .*; "
+                                                          rf"use flplat\.api\.{name}$"):
+            old = getattr(base, name)
+        assert getattr(api, name) is getattr(strategy, name) is old
+    with pytest.warns(FlplatDeprecationWarning, match=r"flplat\.engine\.state\.ServerState is deprecated"):
+        assert api.ServerState is state.ServerState
+    with pytest.warns(FlplatDeprecationWarning, match=r"flplat\.engine\.state\.derive_seed is deprecated"):
+        assert api.derive_seed is state.derive_seed is seeding.derive_seed
     assert api.register_algorithm is algorithms.register and api.register_partition is register_partition
 
 

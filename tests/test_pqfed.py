@@ -154,22 +154,22 @@ def _paper_like(**extra):
 
 def test_emd_grows_with_dissimilarity_and_strict_selection(tiny_cfg):
     s = _run(tiny_cfg, **_paper_like(**{"algorithm.selection": "strict"}))
-    emd = s.state.extra["pqfed"]["emd"]
+    emd = s.state.method.emd
     assert emd[0] == 0 and emd[1] < emd[2] < emd[3]  # r = 0, 0.5, 1
-    assert s.state.extra["pqfed"]["order"].tolist() == pm.select_collaborators(emd, 0, "strict").tolist()
-    assert s.metrics["num_participants"] == 1 + len(s.state.extra["pqfed"]["order"])
+    assert s.state.method.order.tolist() == pm.select_collaborators(emd, 0, "strict").tolist()
+    assert s.metrics["num_participants"] == 1 + len(s.state.method.order)
     assert 0 <= s.metrics["target_accuracy"] <= 1
     assert s.metrics["target_accuracy"] == s.client_table["accuracy"][0]
 
 
 def test_strong_ldp_noise_flattens_normalized_emd_and_selection_is_scale_free(tiny_cfg):
     norm = {"federation.rounds": 1, "algorithm.ground_cost": "normalized"}
-    clear = _run(tiny_cfg, **_paper_like(**norm)).state.extra["pqfed"]
-    noisy = _run(tiny_cfg, **_paper_like(**norm, **{"algorithm.epsilon": 0.1})).state.extra["pqfed"]["emd"]
-    assert noisy.max() < 0.5 * clear["emd"].max()
-    raw = _run(tiny_cfg, **_paper_like(**{"federation.rounds": 1})).state.extra["pqfed"]
-    np.testing.assert_allclose(raw["emd"] / raw["emd"].max(), clear["emd"] / clear["emd"].max())
-    assert raw["order"].tolist() == clear["order"].tolist()
+    clear = _run(tiny_cfg, **_paper_like(**norm)).state.method
+    noisy = _run(tiny_cfg, **_paper_like(**norm, **{"algorithm.epsilon": 0.1})).state.method.emd
+    assert noisy.max() < 0.5 * clear.emd.max()
+    raw = _run(tiny_cfg, **_paper_like(**{"federation.rounds": 1})).state.method
+    np.testing.assert_allclose(raw.emd / raw.emd.max(), clear.emd / clear.emd.max())
+    assert raw.order.tolist() == clear.order.tolist()
 
 
 def test_selection_all_equals_fedavg_with_full_participation(tiny_cfg):
@@ -186,7 +186,7 @@ def test_selection_none_trains_the_target_alone(tiny_cfg):
 
 def test_given_collaborators(tiny_cfg):
     s = _run(tiny_cfg, **{"algorithm.selection": "given", "algorithm.collaborators": "[4,1]"})
-    assert s.state.extra["pqfed"]["order"].tolist() in ([1, 4], [4, 1])
+    assert s.state.method.order.tolist() in ([1, 4], [4, 1])
     assert s.metrics["num_participants"] == 3
     with pytest.raises(ConfigError, match="algorithm.collaborators"):
         _run(tiny_cfg, **{"algorithm.selection": "given", "algorithm.collaborators": "[7]"})
@@ -206,7 +206,7 @@ def test_incremental_visits_clients_by_distance_and_stops(tiny_cfg):
                           "algorithm.rounds_per_stage": 1, "algorithm.incremental_stop": "false",
                           "federation.rounds": 4})
     s = _run(tiny_cfg, **over)
-    order = s.state.extra["pqfed"]["order"].tolist()
+    order = s.state.method.order.tolist()
     assert order == [1, 2, 3]
     assert [h["stage_client"] for h in s.history] == [1, 2, 3, 3]
     assert [h["num_participants"] for h in s.history] == [2, 2, 2, 1]  # after the last stage: frozen
@@ -228,7 +228,7 @@ def test_algorithm2_outcome_with_and_without_stopping(tiny_cfg):
                           "federation.optimizer.lr": 0.5, "federation.rounds": 3})
     free = _run(tiny_cfg, **over)
     accs = [h["target_accuracy"] for h in free.history]
-    assert free.state.extra["pqfed"]["stage_acc"].tolist() == accs  # one round per stage
+    assert free.state.method.stage_acc.tolist() == accs  # one round per stage
     assert accs[1] < accs[0]  # the rule by hand: the first decrease is stage 2
     assert "algorithm2_stage" not in free.history[0]
     assert [h["algorithm2_stage"] for h in free.history[1:]] == [2.0, 2.0]
@@ -286,9 +286,8 @@ def test_inner_feddyn_divides_h_by_the_inner_federation_not_all_clients():
     on every weight: h = −α (1.5 + 0.5) / 2 = −1.0 (not −2/12 = −0.167) and θ = mean(θ_k) − h/α = 1.0 + 1.0 = 2.0."""
     from torch import nn
 
-    from flplat.algorithms.base import ClientResult, EvalResult, FederationInfo
-    from flplat.algorithms.pqfed import PQFed
-    from flplat.engine.state import ParamLayout
+    from flplat.algorithms.pqfed import PQFed, PQFedState
+    from flplat.api import ClientResult, EvalResult, FederationInfo, ParamLayout
 
     layout = ParamLayout(nn.Linear(1, 1))  # P = 2
     k = 12
@@ -298,8 +297,7 @@ def test_inner_feddyn_divides_h_by_the_inner_federation_not_all_clients():
     cfg = PQFed.Config(selection="given", collaborators=[5], inner="feddyn", inner_params={"alpha": 1.0})
     strat = PQFed(cfg, info)
     state = strat.inner.init_state(torch.zeros(2), np.random.default_rng(0), None)
-    state.extra["pqfed"] = {"emd": np.zeros(k), "order": np.array([5]), "stopped": np.array(False),
-                            "best_acc": np.array(-1.0), "target_acc": np.array(np.nan), "best_weights": None}
+    state.method = PQFedState(emd=np.zeros(k), order=np.array([5]), inner=state.method)
     state.round = 1
     assert strat.select(state, np.random.default_rng(0), None).tolist() == [0, 5]
 
@@ -309,7 +307,7 @@ def test_inner_feddyn_divides_h_by_the_inner_federation_not_all_clients():
 
     results = [ClientResult(0, torch.full((2,), 1.5), 10, 0.0), ClientResult(5, torch.full((2,), 0.5), 10, 0.0)]
     state = strat.aggregate(state, results, Ops())
-    torch.testing.assert_close(state.extra["h"], torch.full((2,), -1.0))
+    torch.testing.assert_close(state.method.inner.h, torch.full((2,), -1.0))
     torch.testing.assert_close(state.weights, torch.full((2,), 2.0))
     torch.testing.assert_close(state.personal.get(0), torch.full((2,), -1.5))  # h_k − α (θ_k − θ^{t−1})
 

@@ -33,7 +33,7 @@ def test_silhouette_curves_from_tracked_clust_psi_pfl_run(tmp_path):
 
     from flplat.experiment import load_config, run
     from flplat.tracking.reports import collect_runs, plot_silhouette_curves, silhouette_curves
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     over = tiny_overrides(**{"algorithm.name": "clust_psi_pfl", "partition.name": "similarity",
                              "partition.similarity": 0.0, "tracking.enabled": "true", "tracking.experiment": "fig5",

@@ -39,6 +39,10 @@ def _listed() -> dict[str, dict[str, dict[str, list[str]]]]:
     out: dict = {}
     paper = table = None
     for line in rp.listing().splitlines():
+        if line == "numbered items:":  # the papers' checklist follows the tables (tests/test_paper_items.py)
+            break
+        if not line.strip():
+            continue
         if not line.startswith(" "):
             paper = line.rstrip(":")
             out[paper] = {}

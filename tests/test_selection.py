@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from flplat.algorithms.base import ClientResult, EvalResult, FederationInfo
 from flplat.algorithms.fedcls import FedCLS, hamming_groups, loss_ranked_selection
 from flplat.algorithms.haccs import HACCS, cluster_scores, hellinger_optics, simulate_latency
-from flplat.algorithms.power_of_choice import PowerOfChoice, sample_proportional
-from flplat.engine.state import ServerState
+from flplat.algorithms.power_of_choice import PowerOfChoice
+from flplat.api import ClientResult, EvalResult, FederationInfo, ServerState, sample_proportional
 from flplat.errors import ConfigError
 
 STATE = ServerState(weights=torch.zeros(2))
@@ -138,7 +137,7 @@ def test_haccs_scores_latency_tiers_and_latency_preference():
     rng = np.random.default_rng(0)
     ops = FakeOps(np.random.default_rng(1).uniform(0.5, 2, 10))
     state = s.init_state(torch.zeros(2), rng, ops)
-    lat, group = state.extra["latency"], state.extra["group"]
+    lat, group = state.method.latency, state.method.group
     for _ in range(50):
         sel = s.select(state, rng, ops)
         assert len(sel) == 3 and len(set(group[sel])) == 3  # >= m clusters: never two of one cluster
@@ -150,7 +149,7 @@ def test_haccs_cycles_when_fewer_clusters_than_m():
     c, _ = _four_clusters()
     s = make(HACCS, label_counts=c[:6], q=0.67, rho=1.0)  # 2 clusters, m = 4: the 2 fastest of each
     state = s.init_state(torch.zeros(2), np.random.default_rng(0), FakeOps(np.ones(6)))
-    lat = state.extra["latency"]
+    lat = state.method.latency
     sel = s.select(state, np.random.default_rng(0), FakeOps(np.ones(6)))
     expect = [k for g in ([0, 1, 2], [3, 4, 5]) for k in sorted(g, key=lambda k: lat[k])[:2]]
     assert sel.tolist() == sorted(expect)
@@ -179,11 +178,11 @@ def test_haccs_last_losses_come_from_results():
     s = make(HACCS, label_counts=c, losses="last")
     ops = FakeOps(np.arange(10.0))
     state = s.init_state(torch.zeros(2), np.random.default_rng(0), ops)
-    assert ops.calls == [list(range(10))] and np.allclose(state.extra["loss"], np.arange(10.0))
+    assert ops.calls == [list(range(10))] and np.allclose(state.method.loss, np.arange(10.0))
     s.select(state, np.random.default_rng(0), ops)
     assert len(ops.calls) == 1  # no evaluation per round
     state = s.aggregate(state, [ClientResult(4, torch.ones(2), 5, 0.25)], ops)
-    assert state.extra["loss"][4] == 0.25 and state.extra["loss"][5] == 5.0
+    assert state.method.loss[4] == 0.25 and state.method.loss[5] == 5.0
 
 
 # ---- FedCLS -------------------------------------------------------------------------------------------------
@@ -197,7 +196,7 @@ def test_fedcls_groups_by_hamming_threshold():
     assert hamming_groups(COUNTS > 0, 0.75).tolist() == [0, 0, 1, 0, 0]  # threshold 3
     assert hamming_groups(COUNTS > 0, 0.0).tolist() == [0, 1, 2, 3, 4]
     s = make(FedCLS, label_counts=COUNTS, tau=0.25)
-    assert s.init_state(torch.zeros(2), None, FakeOps(np.zeros(5))).extra["group"].tolist() == [0, 0, 1, 1, 0]
+    assert s.init_state(torch.zeros(2), None, FakeOps(np.zeros(5))).method.group.tolist() == [0, 0, 1, 1, 0]
 
 
 def test_fedcls_selects_complementary_groups_by_loss():

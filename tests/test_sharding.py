@@ -88,8 +88,7 @@ def test_two_processes_match_one(name, sharded_results):
 def test_mean_groups_opt_in_is_not_inherited_by_an_overridden_aggregate(tiny_cfg):
     """Weighted-mean strategies let the sharded executor all-reduce; a subclass that reads individual client
     models in its own ``aggregate`` must fall back to gathering them."""
-    from flplat.algorithms.base import ClientPlan
-    from flplat.algorithms.fedavg import FedAvg
+    from flplat.api import ClientPlan, FedAvgStrategy
     from flplat.experiment import prepare
 
     p = prepare(tiny_cfg(**{"algorithm.name": "fedavg"}))
@@ -97,9 +96,9 @@ def test_mean_groups_opt_in_is_not_inherited_by_an_overridden_aggregate(tiny_cfg
     plans = [(0, ClientPlan(weights=state.weights)), (3, ClientPlan(weights=state.weights))]
     assert p.strategy.mean_groups(state, plans) == [0, 0]
 
-    class ReadsEachModel(FedAvg):
+    class ReadsEachModel(FedAvgStrategy):
         def aggregate(self, state, results, ops):
-            state.extra["norms"] = [float(r.weights.norm()) for r in results]
+            state.method = [float(r.weights.norm()) for r in results]
             return super().aggregate(state, results, ops)
 
     assert ReadsEachModel(p.strategy.cfg, p.strategy.info).mean_groups(state, plans) is None

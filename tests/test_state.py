@@ -2,8 +2,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from flplat.api import ClientStore, ParamLayout, derive_seed
 from flplat.engine.client import batch_bounds
-from flplat.engine.state import ClientStore, ParamLayout, derive_seed
 
 
 def test_layout_roundtrip_includes_float_buffers_only():

@@ -25,7 +25,7 @@ TIMING = {"round_time_s", "cpu_time_s", "peak_rss_mb"}  # measured, not computed
 def _client(store):
     from mlflow.tracking import MlflowClient
 
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     return MlflowClient(tracking_uri=store_uris(None, str(store))[0])
 
@@ -108,7 +108,7 @@ def test_run_without_checkpoint_restarts_and_is_marked(tmp_path, monkeypatch, ca
     """An interrupted run without a checkpoint (tracking.checkpoint_every=0) is trained again from round 0 in a
     new run; the old one is tagged as replaced (and the new one names it), and a line says so."""
     from flplat.studies.tuning import sweep_seeds
-    from flplat.tracking.runs import REPLACES_TAG, SUPERSEDED_TAG
+    from flplat.tracking.resume import REPLACES_TAG, SUPERSEDED_TAG
 
     store = tmp_path / "store"
     over = [*_sweep_over(store, "e"), "tracking.checkpoint_every=0"]
@@ -133,7 +133,7 @@ def test_sweep_parent_follows_a_failed_child_and_a_diverged_run_restarts(tmp_pat
     failed one tagged as replaced, a line says so)."""
     from flplat.errors import RunFailed
     from flplat.studies.tuning import sweep_seeds
-    from flplat.tracking.runs import REPLACES_TAG, SUPERSEDED_TAG
+    from flplat.tracking.resume import REPLACES_TAG, SUPERSEDED_TAG
 
     real = Orchestrator._round
 
@@ -246,7 +246,7 @@ def test_sweep_after_sigkill_resumes_stale_runs(tmp_path):
     heartbeat is stale (aged here instead of waiting), the same command re-opens the parent, continues seed 1 in
     its run after its checkpoint and ends with the metrics of an uninterrupted sweep."""
     from flplat.studies.tuning import sweep_seeds
-    from flplat.tracking.runs import HEARTBEAT_TAG
+    from flplat.tracking.heartbeat import HEARTBEAT_TAG
 
     store = tmp_path / "store"
     base = ["configs/quickstart.yaml", "data.name=digits", "partition.num_clients=6", "partition.alpha=0.5",

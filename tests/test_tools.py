@@ -113,8 +113,9 @@ def test_reference_fedavg_is_the_platforms_fedavg():
     import numpy as np
     import torch
 
-    from flplat.engine.orchestrator import LocalExecutor, Orchestrator
-    from flplat.engine.state import derive_seed
+    from flplat.api import derive_seed
+    from flplat.engine.executor import LocalExecutor
+    from flplat.engine.orchestrator import Orchestrator
     from flplat.experiment import load_config, prepare
     from flplat.models import build_model
     from flplat.protocol.strategy import sample_uniform

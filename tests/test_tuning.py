@@ -96,3 +96,27 @@ def test_interrupted_grid_point_is_retried(tmp_path, monkeypatch):
     out = tune(None, over, space, storage, "s", None)
     assert sorted(trained) == [0.0, 0.5, 1.0]  # the interrupted point retried, none twice
     assert out["best_params"] == {"algorithm.mu": 1.0}
+
+
+def test_diverged_grid_point_is_pruned_and_the_grid_goes_on(tmp_path, monkeypatch):
+    """A point whose run diverges (NaN in every update) is a result of the grid, not a crash: it is pruned (never
+    the best), named in the result, and the other points still run."""
+    import types
+
+    import flplat.experiment as experiment
+    from flplat.engine.failures import Diverged
+
+    trained = []
+
+    def fake_run(cfg, progress=False, **kw):
+        mu = float(cfg.algorithm.mu)
+        if mu == 1.0:
+            raise Diverged("diverged at round 1: every client's update is NaN/Inf")
+        trained.append(mu)
+        return types.SimpleNamespace(metrics={"val_accuracy": mu}), None
+
+    monkeypatch.setattr(experiment, "run", fake_run)
+    space = _space(tmp_path, "fedprox:\n  algorithm.mu: [0.0, 1.0, 0.5]\n")
+    out = tune(None, _over(tmp_path, **{"tracking.enabled": "false"}), space, f"sqlite:///{tmp_path}/o.db", "s", None)
+    assert sorted(trained) == [0.0, 0.5] and out["trials"] == 3
+    assert out["best_params"] == {"algorithm.mu": 0.5} and out["diverged"] == [{"algorithm.mu": 1.0}]

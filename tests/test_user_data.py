@@ -282,7 +282,8 @@ def test_a_natural_run_logs_its_real_number_of_clients_and_keeps_its_hash(tmp_pa
 
     from flplat.config_io import config_key
     from flplat.experiment import REQUESTED_CLIENTS_TAG, load_config, run
-    from flplat.tracking.runs import CONFIG_KEY_TAG, runs_by_key, store_uris
+    from flplat.tracking.resume import CONFIG_KEY_TAG, runs_by_key
+    from flplat.tracking.store import store_uris
 
     path = write_csv(tmp_path / "t.csv", ["client", "f", "label"], natural_rows())
     over = ["data.name=table", f"data.path={path}", "data.client_column=client", "partition.name=natural",

@@ -15,11 +15,10 @@ from conftest import tiny_overrides
 from lightning.fabric import Fabric
 from lightning.fabric.plugins.precision import MixedPrecision
 
-from flplat.algorithms.base import ClientPlan, LocalHook
-from flplat.algorithms.fedprox import ProximalTerm
+from flplat.api import ClientPlan, LocalHook, ProximalTerm
 from flplat.engine.client import ClientTrainer
+from flplat.engine.executor import LocalExecutor
 from flplat.engine.optim import FunctionalOptimizer
-from flplat.engine.orchestrator import LocalExecutor
 from flplat.engine.vectorized import VectorizedTrainer
 from flplat.errors import ConfigError
 from flplat.experiment import load_config, prepare, run
@@ -111,7 +110,7 @@ def test_unsupported_hooks_fall_back_per_client_and_log_once(caplog):
     with caplog.at_level(logging.WARNING, logger="flplat"):
         got = ex.train(plans, round=1)
         ex.train(plans, round=2)
-    assert len(caplog.records) == 1 and "after_step" in caplog.records[0].getMessage()
+    assert len(caplog.records) == 1 and "hook AfterStep does not declare vectorizes" in caplog.records[0].getMessage()
     _assert_match(got, LocalExecutor(p.trainer, p.data, seed=0).train(plans, round=1))
 
 

@@ -9,7 +9,7 @@ v̄_i = α_i v_i + (1 − α_i) w of its local model and the global model w. Per
 * α_i ← Π_[0,1](α_i − η_α ⟨v_i − w, ∇f_i(v̄_i; ξ)⟩)          (Eq. 10, adaptive α; ``adaptive_alpha``).
 
 Only w goes to the server (FedAvg over the sampled clients); v_i (a :class:`~flplat.protocol.state.ClientStore` row) and
-α_i (``state.extra["alpha"]``) stay on the client. The global copy is trained by the platform's loop (federation
+α_i (``state.method.alpha``) stay on the client. The global copy is trained by the platform's loop (federation
 optimizer, learning rate η); v and α are updated by a hook after each step on the same minibatch: v by its own
 optimizer (``v_optimizer`` sgd | adam, ``v_lr``, ``v_momentum``; fresh each round like the federation's — the
 paper uses the same η and optimizer for w and v, so set these to the federation's: defaults are Flux's SGD
@@ -31,10 +31,18 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from flplat.api import ClientPlan, EvalModels, LocalHook, ServerState, Strategy, register_algorithm
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import fedavg
-from flplat.maths.losses import task_loss
+from flplat.api import (
+    ClientPlan,
+    ConfigError,
+    EvalModels,
+    LocalHook,
+    ServerState,
+    Strategy,
+    fedavg,
+    param_choice,
+    register_algorithm,
+    task_loss,
+)
 
 
 class PersonalMixture(LocalHook):
@@ -81,6 +89,13 @@ class PersonalMixture(LocalHook):
         return {"v": vec.cpu(), "alpha": self.alpha}
 
 
+@dataclass
+class APFLState:
+    """``alpha``: (K,) each client's mixing weight α_i as it last reported it."""
+
+    alpha: np.ndarray
+
+
 @register_algorithm
 class APFL(Strategy):
     name = "apfl"
@@ -108,12 +123,12 @@ class APFL(Strategy):
 
     def init_state(self, init_weights, rng, ops):
         state = ServerState(weights=init_weights.clone(), personal=self.info.client_store(default=init_weights.clone()))
-        state.extra["alpha"] = np.full(self.info.num_clients, float(self.cfg.alpha))
+        state.method = APFLState(alpha=np.full(self.info.num_clients, float(self.cfg.alpha)))
         return state
 
     def plan(self, state, client):
         cfg = self.cfg
-        hook = PersonalMixture(state.personal.get(client), float(state.extra["alpha"][client]), cfg.v_lr,
+        hook = PersonalMixture(state.personal.get(client), float(state.method.alpha[client]), cfg.v_lr,
                                cfg.alpha_lr, cfg.adaptive_alpha, cfg.v_optimizer, cfg.v_momentum, cfg.mix_with)
         return ClientPlan(weights=state.weights, hooks=(hook,))
 
@@ -123,14 +138,14 @@ class APFL(Strategy):
         state.weights = fedavg(results)
         for r in results:
             state.personal.set(r.client, r.extra["v"].to(state.weights.device))
-            state.extra["alpha"][r.client] = r.extra["alpha"]
+            state.method.alpha[r.client] = r.extra["alpha"]
         return state
 
     def eval_weights(self, state, client):
-        a = float(state.extra["alpha"][client])
+        a = float(state.method.alpha[client])
         if not state.personal.has(client) or a == 0:
             return state.weights
         return a * state.personal.get(client) + (1 - a) * state.weights
 
     def round_metrics(self, state):
-        return {"alpha_mean": float(np.mean(state.extra["alpha"]))}
+        return {"alpha_mean": float(np.mean(state.method.alpha))}

@@ -39,9 +39,16 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from flplat.api import EvalModels, ServerState, Strategy, derive_seed, register_algorithm
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import fedavg
+from flplat.api import (
+    ConfigError,
+    EvalModels,
+    ServerState,
+    Strategy,
+    derive_seed,
+    fedavg,
+    param_choice,
+    register_algorithm,
+)
 
 
 def _up(t: torch.Tensor) -> torch.Tensor:
@@ -118,6 +125,15 @@ def _adapt_fn(alpha: torch.Tensor, steps: int):
     return fn
 
 
+@dataclass
+class ATPState:
+    """``alpha``: the learned adaptation rate of every parameter tensor (float64); ``tta_accuracy``: the clients'
+    test accuracy after adapting, last round (None before it is scored)."""
+
+    alpha: torch.Tensor
+    tta_accuracy: float | None = None
+
+
 @register_algorithm
 class ATP(Strategy):
     name = "atp"
@@ -150,7 +166,7 @@ class ATP(Strategy):
     def init_state(self, init_weights, rng, ops):
         modules = int(sum(self.info.layout.is_param))
         state = ServerState(weights=init_weights.clone())
-        state.extra["alpha"] = torch.full((modules,), float(self.cfg.alpha_init), dtype=torch.float64)
+        state.method = ATPState(alpha=torch.full((modules,), float(self.cfg.alpha_init), dtype=torch.float64))
         return state
 
     def aggregate(self, state, results, ops):
@@ -159,26 +175,26 @@ class ATP(Strategy):
         state.weights = fedavg(results)
         cfg = self.cfg
         if state.round >= cfg.alpha_start_round:
-            fn = _train_alpha_fn(state.extra["alpha"], cfg.alpha_lr, cfg.alpha_epochs, cfg.alpha_batch, cfg.grad_norm)
+            fn = _train_alpha_fn(state.method.alpha, cfg.alpha_lr, cfg.alpha_epochs, cfg.alpha_batch, cfg.grad_norm)
             alphas = ops.compute([(r.client, state.weights) for r in results], fn, "train",
                                  seed=derive_seed(0, "atp", state.round))
             n = np.array([r.num_samples for r in results], dtype=np.float64)
-            state.extra["alpha"] = torch.as_tensor(n / n.sum()) @ torch.stack(alphas)
+            state.method.alpha = torch.as_tensor(n / n.sum()) @ torch.stack(alphas)
         if cfg.tta_eval:
             clients = range(self.info.num_clients)
             res = ops.evaluate(list(zip(clients, self.test_time_weights(state, ops, clients))), "test")
-            state.extra["tta_accuracy"] = sum(r.correct for r in res) / max(sum(r.num_samples for r in res), 1)
+            state.method.tta_accuracy = sum(r.correct for r in res) / max(sum(r.num_samples for r in res), 1)
         return state
 
     def round_metrics(self, state):
-        a = state.extra["alpha"]
+        a = state.method.alpha
         out = {"alpha_mean": float(a.mean()), "alpha_abs_max": float(a.abs().max())}
-        if "tta_accuracy" in state.extra:
-            out["tta_accuracy"] = float(state.extra["tta_accuracy"])
+        if state.method.tta_accuracy is not None:
+            out["tta_accuracy"] = float(state.method.tta_accuracy)
         return out
 
     def test_time_weights(self, state, ops, clients: Sequence[int]) -> list[torch.Tensor] | None:
         """θ adapted to each client's unlabeled ``adapt_split`` data with the learned rates (ATP's test phase)."""
-        fn = _adapt_fn(state.extra["alpha"].float(), self.cfg.adapt_steps)
+        fn = _adapt_fn(state.method.alpha.float(), self.cfg.adapt_steps)
         return ops.compute([(int(k), state.weights) for k in clients], fn, self.cfg.adapt_split,
                            seed=derive_seed(0, "atp-test", state.round))

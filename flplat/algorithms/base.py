@@ -1,25 +1,13 @@
-"""The strategy interface, re-exported from its home :mod:`flplat.protocol.strategy` (below both the engine and the
-algorithms) so that ``from flplat.algorithms.base import Strategy`` keeps working. New code imports
-:mod:`flplat.api`."""
+"""Old import path of the strategy interface: its names are :mod:`flplat.api`'s (defined in
+:mod:`flplat.protocol.strategy`). ``from flplat.algorithms.base import Strategy`` works until flplat 0.3.0 with a
+deprecation warning; import from :mod:`flplat.api`."""
 
 from __future__ import annotations
 
-from flplat.protocol.strategy import (  # noqa: F401 (re-exports)
-    TRUE_M,
-    ClientFn,
-    ClientPlan,
-    ClientResult,
-    ClientView,
-    ClusteredStrategy,
-    EvalResult,
-    FederationInfo,
-    FederationOps,
-    HookContext,
-    LocalHook,
-    NoConfig,
-    PersonalizedStrategy,
-    Strategy,
-    __all__,  # noqa: F401
-    sample_uniform,
-    true_m,
-)
+from flplat.deprecation import moved
+
+__getattr__ = moved(__name__, {
+    **{n: "flplat.api" for n in ("TRUE_M", "ClientPlan", "ClientResult", "ClientView", "ClusteredStrategy",
+                                 "EvalResult", "FederationInfo", "FederationOps", "HookContext", "LocalHook",
+                                 "NoConfig", "PersonalizedStrategy", "Strategy", "sample_uniform", "true_m")},
+    "ClientFn": "flplat.protocol.strategy"})

@@ -30,19 +30,41 @@ recall and F1 (Tables II-III) are logged with every round (``iid_detection_*``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from flplat.api import ServerState, Strategy, register_algorithm
-from flplat.errors import ConfigError, param_choice, param_out_of_range
-from flplat.maths.aggregation import stack, weighted_mean
+from flplat.api import (
+    NONPOSITIVE_RULES,
+    ConfigError,
+    ServerState,
+    Strategy,
+    detection_metrics,
+    kmeans,
+    param_choice,
+    param_out_of_range,
+    register_algorithm,
+    silhouette_kmeans,
+    stack,
+    weighted_mean,
+)
 from flplat.maths.cafa_weights import abfa_weights, cbcc_weights, class_proportions
-from flplat.maths.clustering import NONPOSITIVE_RULES, kmeans, silhouette_kmeans
-from flplat.metrics.iid_detection import detection_metrics
 
 SPLITS = ("val", "train", "test")
+
+
+@dataclass
+class CAFAState:
+    """CBCC (``use_cbcc``): the clients' weights ``cbcc_weight`` (K,), which are predicted IID ``predicted_iid``
+    (K,), the clustering's ``silhouette`` and ``silhouette_by_k`` [(k, s), ...]; ABFA (``use_abfa``): the last
+    round's weights ``abfa_weight`` (m,). None where the component is off or has not run."""
+
+    cbcc_weight: np.ndarray | None = None
+    predicted_iid: np.ndarray | None = None
+    silhouette: float = float("nan")
+    silhouette_by_k: list[tuple[int, float]] = field(default_factory=list)
+    abfa_weight: np.ndarray | None = None
 
 
 @register_algorithm
@@ -85,7 +107,7 @@ class CAFA(Strategy):
                               f"({', '.join(s for s in SPLITS if s != split)}), or algorithm.use_abfa=false")
 
     def init_state(self, init_weights, rng, ops):
-        state = ServerState(weights=init_weights.clone())
+        state = ServerState(weights=init_weights.clone(), method=CAFAState())
         if not self.cfg.use_cbcc:
             return state
         cfg, K = self.cfg, self.info.num_clients
@@ -102,7 +124,7 @@ class CAFA(Strategy):
             sil, curve = float("nan"), []
         w, is_iid, _ = cbcc_weights(labels)
         state.assignment = labels
-        state.extra.update(cbcc_weight=w, predicted_iid=is_iid, silhouette=sil, silhouette_by_k=curve)
+        state.method = CAFAState(cbcc_weight=w, predicted_iid=is_iid, silhouette=sil, silhouette_by_k=curve)
         return state
 
     def _abfa(self, results, w: torch.Tensor, ops) -> np.ndarray:
@@ -120,11 +142,11 @@ class CAFA(Strategy):
         if self.cfg.sample_weighting:
             factors.append(n.double().cpu().numpy())
         if self.cfg.use_cbcc:
-            factors.append(state.extra["cbcc_weight"][[r.client for r in results]])
+            factors.append(state.method.cbcc_weight[[r.client for r in results]])
         if self.cfg.use_abfa:
             wa = self._abfa(results, w, ops)
             factors.append(wa)
-            state.extra["abfa_weight"] = wa
+            state.method.abfa_weight = wa
             model_bytes = w[0].numel() * w.element_size()
             for r in results:  # each model is shared with the m - 1 other sampled clients
                 r.extra_bytes_up += (len(results) - 1) * model_bytes
@@ -136,27 +158,29 @@ class CAFA(Strategy):
 
     def round_metrics(self, state):
         out: dict[str, float] = {}
-        if "abfa_weight" in state.extra:
-            out["abfa_weight_max"] = float(state.extra["abfa_weight"].max())
-            out["abfa_weight_min"] = float(state.extra["abfa_weight"].min())
+        st = state.method
+        if st.abfa_weight is not None:
+            out["abfa_weight_max"] = float(st.abfa_weight.max())
+            out["abfa_weight_min"] = float(st.abfa_weight.min())
         if state.assignment is None:
             return out
         out["tau"] = float(state.assignment.max() + 1)
-        out["iid_cluster_size"] = float(state.extra["predicted_iid"].sum())
-        if np.isfinite(state.extra["silhouette"]):
-            out["silhouette"] = float(state.extra["silhouette"])
+        out["iid_cluster_size"] = float(st.predicted_iid.sum())
+        if np.isfinite(st.silhouette):
+            out["silhouette"] = float(st.silhouette)
         if self.info.true_iid is not None:
-            det = detection_metrics(state.extra["predicted_iid"], self.info.true_iid)
+            det = detection_metrics(st.predicted_iid, self.info.true_iid)
             out.update({f"iid_detection_{k}": float(det[k]) for k in ("accuracy", "precision", "recall", "f1")})
         return out
 
     def series(self, state):
-        return {"silhouette_by_k": [(int(j), float(s)) for j, s in state.extra.get("silhouette_by_k", [])]}
+        return {"silhouette_by_k": [(int(j), float(s)) for j, s in state.method.silhouette_by_k]}
 
     def artifacts(self, state):
         if state.assignment is None:
             return {}
         truth = self.info.true_iid
-        rows = [f"{k},{int(c)},{state.extra['cbcc_weight'][k]:.6g},{int(state.extra['predicted_iid'][k])},"
+        st = state.method
+        rows = [f"{k},{int(c)},{st.cbcc_weight[k]:.6g},{int(st.predicted_iid[k])},"
                 + ("" if truth is None else str(int(truth[k]))) for k, c in enumerate(state.assignment)]
         return {"clustering/cbcc.csv": "client,cluster,cbcc_weight,predicted_iid,true_iid\n" + "\n".join(rows) + "\n"}

@@ -35,9 +35,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flplat.api import ClientPlan, ClusteredStrategy, ServerState, register_algorithm
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import fedavg_by_group, stack
+from flplat.api import (
+    ClientPlan,
+    ClusteredStrategy,
+    ConfigError,
+    ServerState,
+    fedavg_by_group,
+    param_choice,
+    register_algorithm,
+    stack,
+)
 
 LINKAGES = ("single", "complete", "average")
 ABSENT = ("loss", "first")

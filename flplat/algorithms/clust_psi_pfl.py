@@ -36,13 +36,35 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.api import ClientPlan, ClusteredStrategy, ServerState, register_algorithm, sample_uniform
-from flplat.errors import param_choice, param_out_of_range
-from flplat.maths.aggregation import stack, weighted_mean
-from flplat.maths.clustering import NONPOSITIVE_RULES, kmeans, silhouette_kmeans
-from flplat.metrics.noniid import client_psi
+from flplat.api import (
+    NONPOSITIVE_RULES,
+    ClientPlan,
+    ClusteredStrategy,
+    ServerState,
+    client_psi,
+    kmeans,
+    param_choice,
+    param_out_of_range,
+    register_algorithm,
+    sample_uniform,
+    silhouette_kmeans,
+    stack,
+    weighted_mean,
+)
 
 PARTICIPATION = ("global", "per_cluster")
+
+
+@dataclass
+class ClustPSIState:
+    """The clustering made before round 1: the clients' PSI ``descriptors`` (K, C + 1), the silhouette of each
+    candidate j ``silhouette_by_k`` ((n, 2): j, s), the chosen one's ``silhouette`` (NaN: undefined) and why it
+    was chosen, ``clustering_reason`` (None: the arg max of the silhouette)."""
+
+    descriptors: np.ndarray
+    silhouette_by_k: np.ndarray
+    silhouette: float
+    clustering_reason: str | None
 
 
 def psi_descriptors(label_counts: np.ndarray, eps: float) -> np.ndarray:
@@ -104,8 +126,8 @@ class ClustPSIPFL(ClusteredStrategy):
             labels, _ = kmeans(X, cfg.tau, int(sub.integers(2**31 - 1)), cfg.n_init)
             sil, reason, curve = float("nan"), f"tau fixed to {cfg.tau}", np.zeros((0, 2))
         tau = int(labels.max()) + 1
-        extra = {"descriptors": desc, "silhouette_by_k": curve, "silhouette": sil, "clustering_reason": reason}
-        return ServerState(clusters=init_weights.clone().repeat(tau, 1), assignment=labels, extra=extra)
+        st = ClustPSIState(descriptors=desc, silhouette_by_k=curve, silhouette=sil, clustering_reason=reason)
+        return ServerState(clusters=init_weights.clone().repeat(tau, 1), assignment=labels, method=st)
 
     def select(self, state, rng, ops):
         q = self.info.client_fraction
@@ -141,21 +163,21 @@ class ClustPSIPFL(ClusteredStrategy):
 
     def round_metrics(self, state):
         out = super().round_metrics(state)
-        if np.isfinite(state.extra["silhouette"]):  # undefined for one cluster: left out, not NaN
-            out["silhouette"] = float(state.extra["silhouette"])
+        if np.isfinite(state.method.silhouette):  # undefined for one cluster: left out, not NaN
+            out["silhouette"] = float(state.method.silhouette)
         return out
 
     def series(self, state):
-        return {"silhouette_by_k": [(int(j), float(s)) for j, s in state.extra["silhouette_by_k"]]}
+        return {"silhouette_by_k": [(int(j), float(s)) for j, s in state.method.silhouette_by_k]}
 
     def artifacts(self, state):
         out = super().artifacts(state)
         sizes = np.bincount(state.assignment, minlength=state.clusters.shape[0])
         out["clustering/cluster_sizes.csv"] = "cluster,size\n" + "".join(f"{c},{s}\n" for c, s in enumerate(sizes))
-        desc = state.extra["descriptors"]
+        desc = state.method.descriptors
         head = "client,cluster,num_samples,psi," + ",".join(f"psi_{c}" for c in range(desc.shape[1] - 1))
         rows = [f"{k},{int(state.assignment[k])},{int(self.info.num_samples[k])}," + ",".join(f"{v:.8g}" for v in d)
                 for k, d in enumerate(desc)]
         out["clustering/psi_descriptors.csv"] = head + "\n" + "\n".join(rows) + "\n"
-        out["clustering/reason.txt"] = (state.extra["clustering_reason"] or "arg max of the silhouette") + "\n"
+        out["clustering/reason.txt"] = (state.method.clustering_reason or "arg max of the silhouette") + "\n"
         return out

@@ -29,9 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.api import EvalModels, ServerState, Strategy, register_algorithm
-from flplat.errors import ConfigError
-from flplat.maths.aggregation import fedavg
+from flplat.api import ConfigError, EvalModels, ServerState, Strategy, fedavg, register_algorithm
 from flplat.maths.creff_features import class_head_gradients, match_features, retrain_head
 
 
@@ -44,6 +42,18 @@ def _head_slices(layout) -> tuple[tuple[int, int, tuple], tuple[int, int, tuple]
     if "head.weight" not in out:
         raise ValueError("CReFF needs a model with a linear `head` classifier (a SplitModel)")
     return out["head.weight"], out.get("head.bias")
+
+
+@dataclass
+class CReFFState:
+    """``features``: the (C, features_per_class, d) federated features; ``eval``: the model with the re-trained
+    classifier (what clients are scored with); ``seed``: of the re-training's batch order (plus the round);
+    ``match_distance``: the gradient-matching distance of the last round (None before round 1)."""
+
+    features: torch.Tensor
+    eval: torch.Tensor
+    seed: int
+    match_distance: float | None = None
 
 
 @register_algorithm
@@ -88,8 +98,8 @@ class CReFF(Strategy):
         C, d = self.info.num_classes, W.shape[1]
         sub = rng.spawn(1)[0]  # a child stream: the parent's client-sampling sequence stays FedAvg's
         feats = torch.as_tensor(sub.standard_normal((C, self.cfg.features_per_class, d)), dtype=torch.float32)
-        return ServerState(weights=init_weights.clone(), extra={"features": feats, "eval": init_weights.clone(),
-                                                                "seed": int(sub.integers(2**31 - 1))})
+        return ServerState(weights=init_weights.clone(), method=CReFFState(features=feats, eval=init_weights.clone(),
+                                                                           seed=int(sub.integers(2**31 - 1))))
 
     def aggregate(self, state, results, ops):
         cfg, C = self.cfg, self.info.num_classes
@@ -110,11 +120,11 @@ class CReFF(Strategy):
         for r in results:
             r.extra_bytes_up += (dW[0].numel() + db[0].numel() + C) * 4
         with torch.enable_grad():
-            feats, dist = match_features(state.extra["features"], dW_real, db_real, have, W.cpu(),
+            feats, dist = match_features(state.method.features, dW_real, db_real, have, W.cpu(),
                                          None if b is None else b.cpu(), cfg.match_steps, cfg.feature_lr,
                                          cfg.feature_momentum, cfg.match_bias)
             new = fedavg(results)
-            gen = torch.Generator().manual_seed(state.extra["seed"] + state.round)
+            gen = torch.Generator().manual_seed(state.method.seed + state.round)
             W2, b2 = retrain_head(feats, *[None if t is None else t.cpu() for t in self._head(new)],
                                   cfg.retrain_steps, cfg.retrain_lr, cfg.retrain_batch, gen)
         retrained = new.clone()
@@ -123,15 +133,15 @@ class CReFF(Strategy):
         if bias is not None:
             retrained[bias[0]:bias[1]] = b2.reshape(-1).to(new.device)
         state.weights = retrained if cfg.send_retrained else new
-        state.extra.update(features=feats, eval=retrained, match_distance=dist)
+        state.method.features, state.method.eval, state.method.match_distance = feats, retrained, dist
         return state
 
     def eval_weights(self, state, client):
-        return state.extra["eval"]
+        return state.method.eval
 
     def global_weights(self, state):
-        return state.extra["eval"]
+        return state.method.eval
 
     def round_metrics(self, state):
-        d = state.extra.get("match_distance")
+        d = state.method.match_distance
         return {} if d is None or not np.isfinite(d) else {"match_distance": float(d)}

@@ -36,9 +36,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms.fedprox import CentredHook, ProximalTerm
-from flplat.api import ClientPlan, PersonalizedStrategy, register_algorithm, sample_uniform
-from flplat.errors import ConfigError, param_choice
+from flplat.api import (
+    CentredHook,
+    ClientPlan,
+    ConfigError,
+    PersonalizedStrategy,
+    ProximalTerm,
+    param_choice,
+    register_algorithm,
+    sample_uniform,
+)
 from flplat.maths.dapfl_affinity import affinity_matrix, dynamic_weights, pairwise_distances
 
 
@@ -55,6 +62,17 @@ class ProximalStep(CentredHook):
         with torch.no_grad():
             for p, c in zip(ctx.params, self._centers):
                 p.sub_(rate * (p - c))
+
+
+@dataclass
+class DAPFLState:
+    """``affinity``: the (K, K) class affinities c_ij (fixed); this round's ``participants``, their aggregated models
+    w_i^g (``aggregated``, (m, P) in participant order) and weights α (``alpha``, (m, m)); None before round 1."""
+
+    affinity: torch.Tensor
+    participants: torch.Tensor | None = None
+    aggregated: torch.Tensor | None = None
+    alpha: torch.Tensor | None = None
 
 
 @register_algorithm
@@ -95,20 +113,20 @@ class DAPFL(PersonalizedStrategy):
             c = affinity_matrix(self.info.label_counts, self.cfg.min_shared, self.cfg.fill_factor)
         else:
             c = (1.0 - np.eye(k)) / max(k - 1, 1)
-        state.extra["affinity"] = torch.as_tensor(c, dtype=torch.float64)
+        state.method = DAPFLState(affinity=torch.as_tensor(c, dtype=torch.float64))
         return state
 
     def select(self, state, rng, ops):
         chosen = sample_uniform(self.info.num_clients, self.info.client_fraction, rng)
-        state.extra["participants"] = torch.as_tensor(chosen)
-        state.extra["aggregated"] = self.aggregated_models(state, chosen)
+        state.method.participants = torch.as_tensor(chosen)
+        state.method.aggregated = self.aggregated_models(state, chosen)
         return chosen
 
     def aggregated_models(self, state, clients: np.ndarray) -> torch.Tensor:
         """w_i^g (Eq. 9) for every participant at once: an (m, P) stack in the order of ``clients``."""
         w = torch.stack([state.personal.get(int(k)) for k in clients])
         idx = torch.as_tensor(clients, dtype=torch.long)
-        c = state.extra["affinity"][idx][:, idx]
+        c = state.method.affinity[idx][:, idx]
         dist = None
         if self.cfg.dynamic:
             mask = self.info.layout.mask("", params_only=True).to(w.device)
@@ -116,27 +134,27 @@ class DAPFL(PersonalizedStrategy):
         alpha = dynamic_weights(c, dist, self.cfg.sigma, self.cfg.eps)
         if len(clients) == 1:  # no other participant: the client's own model
             alpha = torch.ones(1, 1, dtype=alpha.dtype)
-        state.extra["alpha"] = alpha
+        state.method.alpha = alpha
         return alpha.to(w.device, w.dtype) @ w
 
     def plan(self, state, client):
-        part = state.extra.get("participants")
+        part = state.method.participants
         hit = torch.nonzero(part == client) if part is not None else torch.zeros(0, 1)
         # a client planned outside `select` (not a participant) aggregates as a lone participant: its own model
-        wg = state.extra["aggregated"][int(hit[0, 0])] if len(hit) else state.personal.get(client)
+        wg = state.method.aggregated[int(hit[0, 0])] if len(hit) else state.personal.get(client)
         start = state.personal.get(client) if self.cfg.local_start == "personal" else wg
         pull = ProximalTerm if self.cfg.pull == "loss" else ProximalStep
         hooks = (pull(wg, self.cfg.lam),) if self.cfg.lam > 0 else ()
         return ClientPlan(weights=start, hooks=hooks)
 
     def round_metrics(self, state):
-        alpha = state.extra.get("alpha")
+        alpha = state.method.alpha
         if alpha is None or alpha.shape[0] < 2:
             return {}
         # how concentrated the personalised aggregation is: mean over participants of the largest α_ij
         return {"dapfl_alpha_max": float(alpha.max(dim=1).values.mean())}
 
     def artifacts(self, state):
-        c = state.extra["affinity"].numpy()
+        c = state.method.affinity.numpy()
         rows = "\n".join(",".join(f"{v:.6g}" for v in row) for row in c)
         return {"dapfl/affinity.csv": ",".join(f"c{j}" for j in range(c.shape[1])) + "\n" + rows + "\n"}

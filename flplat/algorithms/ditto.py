@@ -19,10 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flplat.algorithms.fedprox import ProximalTerm
-from flplat.api import ClientPlan, EvalModels, Strategy, register_algorithm
-from flplat.errors import ConfigError
-from flplat.maths.aggregation import fedavg
+from flplat.api import ClientPlan, ConfigError, EvalModels, ProximalTerm, Strategy, fedavg, register_algorithm
 
 
 @register_algorithm

@@ -25,10 +25,16 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.algorithms.fedprox import ProximalTerm
-from flplat.api import ClientPlan, PersonalizedStrategy, register_algorithm, sample_uniform
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.dapfl_affinity import pairwise_distances
+from flplat.api import (
+    ClientPlan,
+    ConfigError,
+    PersonalizedStrategy,
+    ProximalTerm,
+    pairwise_distances,
+    param_choice,
+    register_algorithm,
+    sample_uniform,
+)
 
 
 def attention_weights(w: torch.Tensor, attention: str, sigma: float, alpha_k: float = 1.0,
@@ -47,6 +53,15 @@ def attention_weights(w: torch.Tensor, attention: str, sigma: float, alpha_k: fl
     x = torch.nn.functional.normalize(w.to(torch.float64), dim=1)
     e = torch.exp(sigma * (x @ x.T)).masked_fill(eye, 0.0)
     return (1.0 - self_weight) * e / e.sum(dim=1, keepdim=True) + self_weight * eye.to(e.dtype)
+
+
+@dataclass
+class FedAMPState:
+    """This round's ``participants`` and their cloud models u_i (``cloud``, (m, P) in participant order); None
+    before round 1."""
+
+    participants: torch.Tensor | None = None
+    cloud: torch.Tensor | None = None
 
 
 @register_algorithm
@@ -75,6 +90,7 @@ class FedAMP(PersonalizedStrategy):
     def init_state(self, init_weights, rng, ops):
         state = super().init_state(init_weights, rng, ops)
         state.personal = self.info.client_store(default=state.weights)
+        state.method = FedAMPState()
         return state
 
     def select(self, state, rng, ops):
@@ -83,15 +99,15 @@ class FedAMP(PersonalizedStrategy):
         mask = self.info.layout.mask("", params_only=True).to(w.device)
         cfg = self.cfg
         xi = attention_weights(w[:, mask], cfg.attention, cfg.sigma, cfg.alpha_k, cfg.self_weight)
-        state.extra["participants"] = torch.as_tensor(chosen)
-        state.extra["cloud"] = xi.to(w.dtype) @ w
+        state.method.participants = torch.as_tensor(chosen)
+        state.method.cloud = xi.to(w.dtype) @ w
         return chosen
 
     def plan(self, state, client):
-        part = state.extra.get("participants")
+        part = state.method.participants
         hit = torch.nonzero(part == client) if part is not None else torch.zeros(0, 1)
         # a client planned outside `select` (not a participant) is a lone participant: u_i = w_i
-        cloud = state.extra["cloud"][int(hit[0, 0])] if len(hit) else state.personal.get(client)
+        cloud = state.method.cloud[int(hit[0, 0])] if len(hit) else state.personal.get(client)
         mu = self.cfg.lam / self.cfg.alpha_k
         hooks = (ProximalTerm(cloud, mu),) if mu > 0 else ()
         return ClientPlan(weights=state.personal.get(client), hooks=hooks)

@@ -3,20 +3,15 @@ AISTATS 2017.
 
 Each round a fraction q of the K clients is sampled uniformly without replacement, each runs E local epochs
 from the global model w_t, and the server sets w_{t+1} = Σ_k (n_k / n) w_k^{t+1} over the sampled clients
-(n_k: local training-set size).
+(n_k: local training-set size). The server is :class:`~flplat.api.FedAvgStrategy`, which the methods that change
+one part of FedAvg (FedProx, FedOpt, Power-of-Choice, HACCS, FedCLS) subclass too.
 """
 
 from __future__ import annotations
 
-from flplat.api import Strategy, register_algorithm
-from flplat.maths.aggregation import fedavg
+from flplat.api import FedAvgStrategy, register_algorithm
 
 
 @register_algorithm
-class FedAvg(Strategy):
+class FedAvg(FedAvgStrategy):
     name = "fedavg"
-    reduces_across_shards = True  # the sample-weighted mean of the round's models is all aggregate reads
-
-    def aggregate(self, state, results, ops):
-        state.weights = fedavg(results)
-        return state

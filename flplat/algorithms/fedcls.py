@@ -27,7 +27,8 @@ vectors (the authors' code compares averaged one-hot vectors entry-wise); losses
 (default: every client's training loss on the current global model, evaluated before selecting — a forward
 pass over all clients' data each round, as the authors ran it) or ``last`` (most recent known: all clients
 evaluated once on the initial model, then a participant's training loss after local training); both kept in
-``state.extra["loss"]``, the groups in ``state.extra["group"]``. The selection itself is deterministic.
+the method's state (:class:`~flplat.api.SelectionState`: ``loss``, and the groups in ``group``). The selection
+itself is deterministic.
 Clust-PSI-PFL (Table II) tuned τ ∈ {0.1, 0.5, 0.95} and used τ = 0.1.
 """
 
@@ -37,10 +38,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flplat.algorithms.haccs import LOSS_MODES, LossAwareSelection, round_robin
-from flplat.algorithms.power_of_choice import num_selected
-from flplat.api import register_algorithm
-from flplat.errors import ConfigError, param_choice
+from flplat.api import (
+    LOSS_MODES,
+    ConfigError,
+    LossAwareSelection,
+    num_selected,
+    param_choice,
+    register_algorithm,
+    round_robin,
+)
 
 
 def hamming_groups(presence: np.ndarray, tau: float) -> np.ndarray:
@@ -86,9 +92,9 @@ class FedCLS(LossAwareSelection):
 
     def init_state(self, init_weights, rng, ops):
         state = super().init_state(init_weights, rng, ops)
-        state.extra["group"] = hamming_groups(np.asarray(self.info.label_counts) > 0, float(self.cfg.tau))
+        state.method.group = hamming_groups(np.asarray(self.info.label_counts) > 0, float(self.cfg.tau))
         return state
 
     def select(self, state, rng, ops):
         m = num_selected(self.info.num_clients, self.info.client_fraction)
-        return loss_ranked_selection(state.extra["group"], self.current_losses(state, ops), m)
+        return loss_ranked_selection(state.method.group, self.current_losses(state, ops), m)

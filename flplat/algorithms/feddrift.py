@@ -2,7 +2,7 @@
 AISTATS 2023 (Algorithm 1, FedDrift with hierarchical clustering).
 
 Loss-based clustering whose number of clusters changes during training. Each round every sampled client scores
-all current cluster models on its train split (one batched pass, :mod:`flplat.maths.multimodel`; all models are
+all current cluster models on its train split (one batched pass, :func:`~flplat.api.model_losses`; all models are
 downloaded and counted in ``bytes_down``), then:
 
 * **creation** (drift detection): a client whose data no existing model fits gets a new cluster of its own,
@@ -30,13 +30,29 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms.ifca import plan_with_all_models
-from flplat.api import ClusteredStrategy, ServerState, derive_seed, register_algorithm, sample_uniform
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import fedavg_by_group
-from flplat.maths.multimodel import cluster_losses, drift_distance, losses_fn, merge_groups
+from flplat.api import (
+    ClusteredStrategy,
+    ConfigError,
+    ServerState,
+    fedavg_by_group,
+    model_losses,
+    param_choice,
+    plan_with_all_models,
+    register_algorithm,
+    sample_uniform,
+)
+from flplat.maths.feddrift import cluster_losses, drift_distance, merge_groups
 
 CHOICES = {"init": ("per_client", "single"), "drift_rule": ("increase", "absolute")}
+
+
+@dataclass
+class FedDriftState:
+    """``trained``: (J,) whether cluster j's model has been trained; ``last_loss``: (K,) each client's loss under
+    the model it used when last scored (NaN: never scored)."""
+
+    trained: np.ndarray
+    last_loss: np.ndarray
 
 
 @register_algorithm
@@ -66,26 +82,24 @@ class FedDrift(ClusteredStrategy):
         per_client = self.cfg.init == "per_client"
         state = ServerState(clusters=init_weights[None].repeat(k if per_client else 1, 1),
                             assignment=np.arange(k) if per_client else np.zeros(k, dtype=np.int64))
-        state.extra["trained"] = np.zeros(state.clusters.shape[0], dtype=bool)
-        state.extra["last_loss"] = np.full(k, np.nan)
+        state.method = FedDriftState(trained=np.zeros(state.clusters.shape[0], dtype=bool),
+                                     last_loss=np.full(k, np.nan))
         return state
 
     def _scores(self, state, ops, clients) -> np.ndarray:
-        out = ops.compute([(int(c), None) for c in clients], losses_fn(state.clusters, self.cfg.eval_chunk), "train",
-                          seed=derive_seed(0, "losses", state.round))
-        return np.stack([o.mean(dim=1).double().numpy() if o.shape[1] else np.zeros(o.shape[0]) for o in out])
+        return model_losses(state.clusters, ops, clients, state.round, self.cfg.eval_chunk)
 
     def select(self, state, rng, ops):
         chosen = sample_uniform(self.info.num_clients, self.info.client_fraction, rng)
         cfg = self.cfg
         loss = self._scores(state, ops, chosen)  # (m, J)
-        trained = state.extra["trained"]
+        trained = state.method.trained
         own = state.assignment[chosen]
         new_models, ref = [], np.empty(len(chosen), dtype=np.int64)  # ref: the scored model now used by client
         for i, k in enumerate(chosen):
             best = int(np.argmin(np.where(trained, loss[i], np.inf))) if trained.any() else int(own[i])
             if cfg.drift_rule == "increase":
-                drift = loss[i, own[i]] > state.extra["last_loss"][k] + cfg.drift_threshold
+                drift = loss[i, own[i]] > state.method.last_loss[k] + cfg.drift_threshold
             else:
                 drift = trained.any() and loss[i, best] > cfg.drift_threshold
             ref[i] = own[i]
@@ -95,10 +109,10 @@ class FedDrift(ClusteredStrategy):
                 state.assignment[k] = state.clusters.shape[0] + len(new_models) - 1
             elif trained[best] or best == own[i]:
                 state.assignment[k] = ref[i] = best
-        state.extra["last_loss"][chosen] = loss[np.arange(len(chosen)), ref]
+        state.method.last_loss[chosen] = loss[np.arange(len(chosen)), ref]
         if new_models:
             state.clusters = torch.cat([state.clusters, torch.stack(new_models)])
-            state.extra["trained"] = np.concatenate([trained, np.zeros(len(new_models), dtype=bool)])
+            state.method.trained = np.concatenate([trained, np.zeros(len(new_models), dtype=bool)])
         self._merge(state, chosen, loss)
         self._compact(state)
         return chosen
@@ -108,7 +122,7 @@ class FedDrift(ClusteredStrategy):
         groups = state.assignment[chosen]
         scored = groups < j
         cl = cluster_losses(loss[scored], groups[scored], self.info.num_samples[chosen][scored].astype(float), j)
-        idx = np.flatnonzero(state.extra["trained"][:j] & ~np.isnan(cl[:, 0]))  # clusters that can merge
+        idx = np.flatnonzero(state.method.trained[:j] & ~np.isnan(cl[:, 0]))  # clusters that can merge
         if len(idx) < 2:
             return
         labels = idx[merge_groups(drift_distance(cl[np.ix_(idx, idx)]), self.cfg.merge_threshold)]
@@ -125,7 +139,7 @@ class FedDrift(ClusteredStrategy):
         used = np.unique(state.assignment)
         if len(used) < state.clusters.shape[0]:
             state.clusters = state.clusters[torch.as_tensor(used, device=state.clusters.device)]
-            state.extra["trained"] = state.extra["trained"][used]
+            state.method.trained = state.method.trained[used]
             state.assignment = np.searchsorted(used, state.assignment)
 
     def plan(self, state, client):
@@ -135,5 +149,5 @@ class FedDrift(ClusteredStrategy):
         if results:
             groups = [int(state.assignment[r.client]) for r in results]
             state.clusters = fedavg_by_group(results, groups, state.clusters)
-            state.extra["trained"][np.unique(groups)] = True
+            state.method.trained[np.unique(groups)] = True
         return state

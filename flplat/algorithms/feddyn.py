@@ -23,9 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.api import ClientPlan, LocalHook, Strategy, register_algorithm
-from flplat.errors import ConfigError
-from flplat.maths.aggregation import stack
+from flplat.api import ClientPlan, ConfigError, LocalHook, Strategy, register_algorithm, stack
 
 
 class DynamicRegularizer(LocalHook):
@@ -49,6 +47,15 @@ class DynamicRegularizer(LocalHook):
         return 0.5 * self.alpha * sq - lin
 
 
+@dataclass
+class FedDynState:
+    """``h``: the server's correction h (Eq. 4 of the paper; 0 at start); ``param_mask``: which entries of the flat
+    vector are parameters (the correction leaves the batch-norm statistics out)."""
+
+    h: torch.Tensor
+    param_mask: torch.Tensor
+
+
 @register_algorithm
 class FedDyn(Strategy):
     name = "feddyn"
@@ -65,8 +72,8 @@ class FedDyn(Strategy):
     def init_state(self, init_weights, rng, ops):
         state = super().init_state(init_weights, rng, ops)
         state.personal = self.info.client_store(default=torch.zeros_like(init_weights), name="feddyn_grad")
-        state.extra["h"] = torch.zeros_like(init_weights)
-        state.extra["param_mask"] = self.info.layout.mask("", params_only=True)
+        state.method = FedDynState(h=torch.zeros_like(init_weights),
+                                   param_mask=self.info.layout.mask("", params_only=True))
         return state
 
     def plan(self, state, client):
@@ -78,11 +85,11 @@ class FedDyn(Strategy):
             return state
         a, prev = self.cfg.alpha, state.weights
         w, _ = stack(results)
-        mask = state.extra["param_mask"].to(w.device)
+        mask = state.method.param_mask.to(w.device)
         delta = (w - prev) * mask  # parameters only
         for r, d in zip(results, delta):
             state.personal.set(r.client, state.personal.get(r.client).to(d.device) - a * d)
         k = self.population or self.info.num_clients
-        state.extra["h"] = state.extra["h"].to(w.device) - a * delta.sum(dim=0) / k
-        state.weights = w.mean(dim=0) - state.extra["h"] / a
+        state.method.h = state.method.h.to(w.device) - a * delta.sum(dim=0) / k
+        state.weights = w.mean(dim=0) - state.method.h / a
         return state

@@ -6,7 +6,7 @@
   Classification", 2019, Sec. 3 (server momentum v ← βv + Δw, w ← w − v; here with a server lr η, w ← w − ηv).
 
 Each round runs FedAvg on the clients (sample-weighted mean ``avg`` of their models) and then one step of the
-server optimizer :mod:`flplat.maths.server_opt` from the global model towards it; its state (moments, step count)
+server optimizer :mod:`flplat.maths.fedopt` from the global model towards it; its state (moments, step count)
 lives in ``state.opt``. FedAvg is FedOpt with server SGD at η = 1 (``fedopt``'s default). The named variants
 differ only in their Config defaults: the best values of Clust-PSI-PFL's Table II grid search
 (configs/search_spaces/table2.yaml holds the grids).
@@ -22,7 +22,7 @@ Choices where the sources leave room (all Config keys):
 - ``v_init``: Reddi require v_{-1} ≥ τ², our default is τ² (None); Flower starts from 0 (``v_init=0``).
 - FedAdagrad's ``beta1`` defaults to 0 (no server momentum, as Flower's FedAdagrad, which Clust-PSI-PFL used;
   Table II does not tune it); Reddi's Algorithm 2 allows any β1.
-- ``bias_correction`` (adam kind; :mod:`flplat.maths.server_opt`): Reddi's Algorithm 2 has no bias correction,
+- ``bias_correction`` (adam kind; :mod:`flplat.maths.fedopt`): Reddi's Algorithm 2 has no bias correction,
   Flower's FedAdam scales η by √(1 − β2^t)/(1 − β1^t) with t = round + 1 (``flower``; ``adam``: t = round, Kingma
   & Ba). ``fedadam`` defaults to ``flower``: it is Clust-PSI-PFL's FedAdam baseline, and the paper's Sec. IV-A
   says the authors "relied on Flower [30] ... for the FL baselines", so Flower's step is what Table II's tuned
@@ -42,15 +42,12 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from flplat.algorithms.fedavg import FedAvg
-from flplat.api import ClientPlan, register_algorithm
-from flplat.errors import ConfigError
-from flplat.maths import server_opt
-from flplat.maths.aggregation import fedavg
+from flplat.api import ClientPlan, ConfigError, FedAvgStrategy, fedavg, register_algorithm
+from flplat.maths import fedopt as server_opt
 
 
 @register_algorithm
-class FedOpt(FedAvg):
+class FedOpt(FedAvgStrategy):
     name = "fedopt"
     kinds: ClassVar[tuple[str, ...]] = server_opt.KINDS  # server optimizers this name accepts
 

@@ -28,13 +28,31 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.api import ClientPlan, ClusteredStrategy, ServerState, register_algorithm
-from flplat.errors import param_choice, param_out_of_range
-from flplat.maths.aggregation import fedavg, fedavg_by_group
-from flplat.maths.clustering import kmeans, silhouette_kmeans
+from flplat.api import (
+    ClientPlan,
+    ClusteredStrategy,
+    ServerState,
+    fedavg,
+    fedavg_by_group,
+    kmeans,
+    param_choice,
+    param_out_of_range,
+    register_algorithm,
+    silhouette_kmeans,
+)
 from flplat.maths.fedpfa_similarity import activation_sparsity, euclidean_distances
 
 LAYERS = ("features", "latent")
+
+
+@dataclass
+class FedPFAState:
+    """``seed``: of the grouping's K-means (a child of the server stream); once grouped, the clients' activation
+    sparsity ``sparsity`` (K, units) and the grouping's ``silhouette`` (NaN: undefined or a fixed number)."""
+
+    seed: int
+    sparsity: np.ndarray | None = None
+    silhouette: float = float("nan")
 
 
 @register_algorithm
@@ -69,7 +87,7 @@ class FedPFA(ClusteredStrategy):
 
     def init_state(self, init_weights, rng, ops):
         seed = int(rng.spawn(1)[0].integers(2**31 - 1))  # child stream: client sampling stays FedAvg's
-        return ServerState(weights=init_weights.clone(), extra={"seed": seed})
+        return ServerState(weights=init_weights.clone(), method=FedPFAState(seed=seed))
 
     def plan(self, state, client):
         return ClientPlan(weights=self.eval_weights(state, client))
@@ -83,7 +101,7 @@ class FedPFA(ClusteredStrategy):
             return activation_sparsity(acts.float(), cfg.zero_eps)
 
         S = torch.stack(ops.compute([(k, state.weights) for k in range(K)], sparsity, "train")).double().numpy()
-        rng = np.random.default_rng(state.extra["seed"])
+        rng = np.random.default_rng(state.method.seed)
         if cfg.num_groups is None:
             res = silhouette_kmeans(S, k_max=cfg.max_groups, n_init=cfg.n_init, rng=rng)
             labels, sil = res.labels, res.silhouette
@@ -93,7 +111,7 @@ class FedPFA(ClusteredStrategy):
         tau = int(labels.max()) + 1
         state.clusters = state.weights.clone().repeat(tau, 1)
         state.assignment = labels
-        state.extra.update(sparsity=S, silhouette=sil)
+        state.method.sparsity, state.method.silhouette = S, sil
 
     def aggregate(self, state, results, ops):
         if state.assignment is None:
@@ -109,13 +127,13 @@ class FedPFA(ClusteredStrategy):
 
     def round_metrics(self, state):
         out = super().round_metrics(state)
-        if np.isfinite(state.extra.get("silhouette", float("nan"))):
-            out["silhouette"] = float(state.extra["silhouette"])
+        if np.isfinite(state.method.silhouette):
+            out["silhouette"] = float(state.method.silhouette)
         return out
 
     def artifacts(self, state):
         out = super().artifacts(state)
-        if "sparsity" in state.extra:
-            D = euclidean_distances(state.extra["sparsity"])
+        if state.method.sparsity is not None:
+            D = euclidean_distances(state.method.sparsity)
             out["clustering/sparsity_distances.csv"] = "\n".join(",".join(f"{v:.6g}" for v in row) for row in D) + "\n"
         return out

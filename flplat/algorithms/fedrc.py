@@ -17,8 +17,8 @@ only concept shifts separate clusters. Its alternating optimisation (Algorithm 1
 * every θ_k is trained on the γ-weighted loss and the server averages with weights Σ_j γ_ijk (``aggregation:
   responsibility``; ``samples`` weights by n_i like FedEM).
 
-It shares FedEM's machinery (:mod:`flplat.algorithms.fedem`): the γ-weighted local loss is realised by giving every
-sample to one cluster drawn from γ, and evaluation uses the cluster of largest ω_ik plus the mixture
+It shares FedEM's machinery (:class:`~flplat.api.MixtureStrategy`): the γ-weighted local loss is realised by giving
+every sample to one cluster drawn from γ, and evaluation uses the cluster of largest ω_ik plus the mixture
 ``mixture_accuracy``. Simplifications: the paper's optional creation/removal of clusters during training is not
 implemented (M = ``num_clusters`` is fixed, as in Flux's comparison, App. E.1); a small ``prior_floor`` keeps
 P(y; θ_k) away from 0 for labels a cluster has not seen.
@@ -31,16 +31,32 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms.fedem import AGGREGATIONS, FedEM
-from flplat.api import TRUE_M, register_algorithm
-from flplat.errors import ConfigError, param_choice, param_out_of_range
+from flplat.api import (
+    MIXTURE_AGGREGATIONS,
+    TRUE_M,
+    ConfigError,
+    MixtureState,
+    MixtureStrategy,
+    param_choice,
+    param_out_of_range,
+    register_algorithm,
+)
+
+
+@dataclass
+class FedRCState(MixtureState):
+    """FedEM's mixture state plus ``label_mass``: the (K, M, C) soft label counts Σ_j 1{y_ij = c} γ_ijk each client
+    last reported (its label counts / M at start)."""
+
+    label_mass: np.ndarray | None = None
 
 
 @register_algorithm
-class FedRC(FedEM):
+class FedRC(MixtureStrategy):
     name = "fedrc"
     multilabel_unsupported = "its label prior P(y) is over one class label per sample"
     m_key = "num_clusters"
+    State = FedRCState
 
     @dataclass(frozen=True)
     class Config:
@@ -56,18 +72,14 @@ class FedRC(FedEM):
             param_out_of_range(section, cfg, "num_clusters", f"an integer >= 1, or {TRUE_M}")
         if cfg.min_component_samples < 1:
             param_out_of_range(section, cfg, "min_component_samples", "an integer >= 1")
-        param_choice(section, cfg, "aggregation", AGGREGATIONS)
+        param_choice(section, cfg, "aggregation", MIXTURE_AGGREGATIONS)
         if not 0 < cfg.prior_floor < 1:
             raise ConfigError(f"{section}.prior_floor={cfg.prior_floor!r} is out of range; allowed: a number in (0, 1)")
 
-    @property
-    def num_models(self) -> int:
-        return self.cfg.num_clusters
-
     def init_state(self, init_weights, rng, ops):
         state = super().init_state(init_weights, rng, ops)
-        state.extra["label_mass"] = np.repeat(self.info.label_counts[:, None, :] / self.num_models,
-                                              self.num_models, axis=1).astype(np.float64)
+        state.method.label_mass = np.repeat(self.info.label_counts[:, None, :] / self.num_models,
+                                            self.num_models, axis=1).astype(np.float64)
         return state
 
     @staticmethod
@@ -81,10 +93,10 @@ class FedRC(FedEM):
         return log_pi[:, None] - self._log_py[:, y.long()]
 
     def e_step(self, state, clients, ops):
-        self._log_py = torch.as_tensor(np.log(self.label_prior(state.extra["label_mass"], self.cfg.prior_floor)))
+        self._log_py = torch.as_tensor(np.log(self.label_prior(state.method.label_mass, self.cfg.prior_floor)))
         out = super().e_step(state, clients, ops)
         c_num = self.info.num_classes
         for c, (q, y) in zip(clients, out):
             onehot = torch.nn.functional.one_hot(y.long(), c_num).double()
-            state.extra["label_mass"][c] = (q @ onehot).numpy()
+            state.method.label_mass[c] = (q @ onehot).numpy()
         return out

@@ -26,9 +26,14 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.api import ClientPlan, EvalModels, Strategy, register_algorithm
-from flplat.errors import ConfigError
-from flplat.maths.aggregation import stack
+from flplat.api import ClientPlan, ConfigError, EvalModels, Strategy, register_algorithm, stack
+
+
+@dataclass
+class FedRepState:
+    """``head_mask``: the entries of the flat vector that are the head (kept per client in ``state.personal``)."""
+
+    head_mask: torch.Tensor
 
 
 @register_algorithm
@@ -54,13 +59,13 @@ class FedRep(Strategy):
         mask = self.info.layout.mask(self.local_prefixes)
         if not mask.any():
             raise ValueError("FedRep needs a model with a `head` (every flplat model is a SplitModel)")
-        state.extra["head_mask"] = mask
+        state.method = FedRepState(head_mask=mask)
         state.personal = self.info.client_store(default=init_weights[mask].clone(), size=int(mask.sum()),
                                                 name="heads")
         return state
 
     def _with_head(self, state, client: int) -> torch.Tensor:
-        mask = state.extra["head_mask"].to(state.weights.device)
+        mask = state.method.head_mask.to(state.weights.device)
         w = state.weights.clone()
         w[mask] = state.personal.get(client).to(w.device, w.dtype)
         return w
@@ -73,7 +78,7 @@ class FedRep(Strategy):
         if not results:
             return state
         w, _ = stack(results)
-        mask = state.extra["head_mask"].to(w.device)
+        mask = state.method.head_mask.to(w.device)
         for r in results:
             state.personal.set(r.client, r.weights[mask])
         body = w.mean(dim=0)

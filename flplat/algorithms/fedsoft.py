@@ -12,7 +12,7 @@ participant minimises the proximal objective
 
 and the server sets c_s = Σ_{k∈S_s} u_ks n_k w_k / Σ_{k∈S_s} u_ks n_k over the clients S_s drawn for s.
 
-The proximal term is one :class:`~flplat.algorithms.fedprox.ProximalTerm` around the mixture centre, exact for
+The proximal term is one :class:`~flplat.api.ProximalTerm` around the mixture centre, exact for
 the gradient: with U = Σ_s u_s and c̄ = Σ_s u_s c_s / U,
 
     Σ_s u_s ‖w − c_s‖² = U ‖w − c̄‖² + Σ_s u_s ‖c_s‖² − U ‖c̄‖²,
@@ -21,7 +21,7 @@ so (λ/2) Σ_s u_s ‖w − c_s‖² = (λU/2) ‖w − c̄‖² + const, i.e. P
 
 Importance estimation (Algorithm 1, line "estimate u_ks"): the server sends the S centres to every client; each
 client computes the per-sample losses of all S centres on its train split in one batched pass
-(``ops.compute`` with :func:`flplat.maths.multimodel.losses_fn`, as IFCA and FedEM) and counts, for every s,
+(``ops.compute`` with :func:`~flplat.api.losses_fn`, as IFCA and FedEM) and counts, for every s,
 the samples n_ks whose smallest loss is under c_s; u_ks = max(n_ks / n_k, σ) (:func:`importance_weights`). A
 client without training samples gets u_ks = 1/S. This broadcast (S models to each of the K clients) and the
 S importance weights sent back are logged as ``importance_bytes_down`` / ``importance_bytes_up`` in the rounds
@@ -48,19 +48,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flplat.algorithms.fedprox import ProximalTerm
 from flplat.api import (
     ClientPlan,
     ClusteredStrategy,
+    ConfigError,
     EvalModels,
+    ProximalTerm,
     ServerState,
     derive_seed,
+    losses_fn,
+    param_choice,
+    permuted_init,
     register_algorithm,
     sample_uniform,
+    stack,
 )
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import stack
-from flplat.maths.multimodel import losses_fn
 
 CHOICES = {"selection": ("importance", "uniform"), "local_start": ("mixture", "personal"),
            "eval_model": ("cluster", "personal")}
@@ -79,13 +81,15 @@ def mixture_center(u: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor
     return (u / total).to(centers.dtype) @ centers, total
 
 
-def permuted_init(w: torch.Tensor, layout, rng: np.random.Generator) -> torch.Tensor:
-    """A fresh draw of an i.i.d.-initialised model: the entries of each parameter tensor shuffled."""
-    out = w.clone()
-    for a, b, is_p in zip(layout.offsets[:-1], layout.offsets[1:], layout.is_param):
-        if is_p:
-            out[a:b] = w[a:b][torch.as_tensor(rng.permutation(int(b - a)), device=w.device)]
-    return out
+@dataclass
+class FedSoftState:
+    """``importance``: (K, S) the importance weights u_ks last estimated (1/S at start); ``drawn``: (S, K) which
+    clients this round's draw gave each cluster; ``importance_bytes``: the estimate's (down, up) traffic this round
+    (0 in rounds that do not estimate)."""
+
+    importance: np.ndarray
+    drawn: np.ndarray
+    importance_bytes: tuple[float, float] = (0.0, 0.0)
 
 
 @register_algorithm
@@ -128,8 +132,7 @@ class FedSoft(ClusteredStrategy):
         k, s = self.info.num_clients, self.cfg.num_clusters
         centers = [init_weights.clone()] + [permuted_init(init_weights, self.info.layout, rng) for _ in range(s - 1)]
         state = ServerState(clusters=torch.stack(centers), assignment=np.zeros(k, dtype=np.int64))
-        state.extra["importance"] = np.full((k, s), 1.0 / s)
-        state.extra["drawn"] = np.zeros((s, k), dtype=bool)
+        state.method = FedSoftState(importance=np.full((k, s), 1.0 / s), drawn=np.zeros((s, k), dtype=bool))
         if self._personal:
             state.personal = self.info.client_store()
         return state
@@ -141,14 +144,14 @@ class FedSoft(ClusteredStrategy):
                           seed=derive_seed(0, "fedsoft_importance", state.round))
         u = np.stack([importance_weights(o.double(), self.cfg.sigma).numpy() if o.shape[1]
                       else np.full(s, 1.0 / s) for o in out])  # (K, S)
-        state.extra["importance"] = u
+        state.method.importance = u
         state.assignment = u.argmax(axis=1).astype(np.int64)
         w = state.clusters
-        state.extra["importance_bytes"] = (float(k * s * w[0].numel() * w.element_size()), float(k * s * 8))
+        state.method.importance_bytes = (float(k * s * w[0].numel() * w.element_size()), float(k * s * 8))
 
     def select(self, state, rng, ops):
         cfg, k = self.cfg, self.info.num_clients
-        state.extra["importance_bytes"] = (0.0, 0.0)
+        state.method.importance_bytes = (0.0, 0.0)
         if (state.round - 1) % cfg.tau == 0:
             self.estimate_importance(state, ops)
         if cfg.selection == "uniform":
@@ -156,16 +159,16 @@ class FedSoft(ClusteredStrategy):
             drawn = np.zeros((cfg.num_clusters, k), dtype=bool)
             drawn[:, chosen] = True
         else:
-            v = state.extra["importance"].T * self.info.num_samples[None, :]  # (S, K) ∝ v_sk
+            v = state.method.importance.T * self.info.num_samples[None, :]  # (S, K) ∝ v_sk
             drawn = np.zeros(v.shape, dtype=bool)
             for s, row in enumerate(v):
                 m = min(cfg.clients_per_cluster, int((row > 0).sum()))
                 drawn[s, rng.choice(k, size=m, replace=False, p=row / row.sum())] = True
-        state.extra["drawn"] = drawn
+        state.method.drawn = drawn
         return np.flatnonzero(drawn.any(axis=0))
 
     def plan(self, state, client):
-        u = torch.as_tensor(state.extra["importance"][client])
+        u = torch.as_tensor(state.method.importance[client])
         center, total = mixture_center(u, state.clusters)
         own = self.cfg.local_start == "personal" and state.personal.has(client)
         hooks = (ProximalTerm(center, self.cfg.lam * total),) if self.cfg.lam > 0 else ()
@@ -176,7 +179,7 @@ class FedSoft(ClusteredStrategy):
             return state
         w, n = stack(results)
         clients = np.array([r.client for r in results])
-        u, drawn = state.extra["importance"], state.extra["drawn"]
+        u, drawn = state.method.importance, state.method.drawn
         coef = torch.as_tensor(u[clients].T * drawn[:, clients], dtype=w.dtype, device=w.device) * n  # (S, m)
         total = coef.sum(dim=1)
         hit = total > 0
@@ -189,7 +192,7 @@ class FedSoft(ClusteredStrategy):
         return state
 
     def round_metrics(self, state):
-        down, up = state.extra.get("importance_bytes", (0.0, 0.0))
+        down, up = state.method.importance_bytes
         return {**super().round_metrics(state), "importance_bytes_down": down, "importance_bytes_up": up}
 
     def eval_weights(self, state, client):

@@ -27,12 +27,28 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from flplat.api import TRUE_M, ClientPlan, ClusteredStrategy, ServerState, derive_seed, register_algorithm, true_m
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import stack
-from flplat.maths.multimodel import random_models
+from flplat.api import (
+    TRUE_M,
+    ClientPlan,
+    ClusteredStrategy,
+    ConfigError,
+    ServerState,
+    derive_seed,
+    param_choice,
+    random_models,
+    register_algorithm,
+    stack,
+    true_m,
+)
 
 INITS = ("clients", "random")
+
+
+@dataclass
+class FeSEMState:
+    """``seed``: drawn from the server rng at the start, seeds the Forgy pick of the first centres."""
+
+    seed: int
 
 
 def nearest_center(w: torch.Tensor, centers: torch.Tensor) -> np.ndarray:
@@ -77,7 +93,7 @@ class FeSEM(ClusteredStrategy):
 
     def init_state(self, init_weights, rng, ops):
         state = ServerState(weights=init_weights.clone(), assignment=np.full(self.info.num_clients, -1, np.int64))
-        state.extra["seed"] = int(rng.integers(2**31))
+        state.method = FeSEMState(seed=int(rng.integers(2**31)))
         if self.cfg.init == "random":
             state.clusters = random_models(init_weights, self.info.layout, self.cfg.num_clusters, rng)
         return state
@@ -98,7 +114,7 @@ class FeSEM(ClusteredStrategy):
         w, n = stack(results)
         clients = np.array([r.client for r in results])
         if state.clusters is None:  # Forgy initialisation from this round's models
-            rng = np.random.default_rng(derive_seed(state.extra["seed"], "init", state.round))
+            rng = np.random.default_rng(derive_seed(state.method.seed, "init", state.round))
             pick = rng.choice(len(results), size=min(self.cfg.num_clusters, len(results)), replace=False)
             centers = w[torch.as_tensor(np.sort(pick), device=w.device)]
             if centers.shape[0] < self.cfg.num_clusters:  # fewer participants than K: random further centres

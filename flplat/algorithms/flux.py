@@ -86,7 +86,7 @@ the exact 2-Wasserstein distance of their data in the same space (:mod:`flplat.m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
@@ -94,28 +94,29 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from flplat.api import (
-    ClientPlan,
-    ClusteredStrategy,
-    EvalModels,
-    ServerState,
-    derive_seed,
-    register_algorithm,
-    true_m,
-)
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import fedavg, fedavg_by_group, stack
-from flplat.maths.clustering import (
     GUARD_CODES,
     KNEE_GUARDS,
     KNEE_RULES,
     LINKAGES,
     NO_KNEE_RULES,
+    ClientPlan,
+    ClusteredStrategy,
+    ConfigError,
+    EvalModels,
+    ServerState,
     adaptive_dbscan,
+    derive_seed,
     dynamic_start,
+    fedavg,
+    fedavg_by_group,
     hdbscan,
     kmeans,
+    param_choice,
+    register_algorithm,
     silhouette_agglomerative,
     silhouette_kmeans,
+    stack,
+    true_m,
 )
 from flplat.maths.flux_descriptors import (
     PARTS,
@@ -146,6 +147,38 @@ SPLITS = ("val", "train", "test")
 DESCRIPTOR_PARTS = tuple(PARTS)  # what clusters the training clients: full d, d' = [μ_x, σ_x], [μ_x, μ_u], μ_x
 TEST_ASSIGNMENTS = ("descriptor", "random")
 FIDELITY = ("max", "min", "mean", "std")  # Table 4's columns, logged as descriptor_w2_error_<column>
+
+
+@dataclass
+class FluxState:
+    """Flux's state. Before clustering: the FedAvg phase's accuracy per round (``accuracy``, the dynamic start's
+    input). From the start round (``start_round``) on: the model the descriptors are computed with
+    (``descriptor_model``), the shared PCA (``pca_mean``, ``pca_components`` (l, D), ``pca_ranges``), the descriptor
+    scaler's (mins, maxs) (``scaler``), every client's scaled descriptor (``descriptors`` (K, len), NaN rows: not
+    yet described), the clusters' ``centroids``, Flux-soft's kernel ``bandwidth``, the adaptive DBSCAN's last
+    ``dbscan_eps``, ``knee_found`` and ``knee_guard`` (index in GUARD_CODES), and the assignment after every
+    clustered round (``assignment_by_round`` (rounds, K) for ``assignment_rounds``). ``descriptor_bytes``: this
+    round's descriptor traffic. ``assignment_seed``: the test phase's random assignment stream
+    (``test_assignment=random``); ``fidelity``: Table 4's ξ summary (``fidelity_check``)."""
+
+    accuracy: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    start_round: int = 0
+    descriptor_bytes: float = 0.0
+    descriptor_model: torch.Tensor | None = None
+    pca_mean: torch.Tensor | None = None
+    pca_components: torch.Tensor | None = None
+    pca_ranges: np.ndarray | None = None
+    scaler: np.ndarray | None = None
+    descriptors: np.ndarray | None = None
+    centroids: np.ndarray | None = None
+    bandwidth: float | None = None
+    dbscan_eps: float | None = None
+    knee_found: float | None = None
+    knee_guard: float | None = None
+    assignment_by_round: np.ndarray | None = None
+    assignment_rounds: list[int] = field(default_factory=list)
+    assignment_seed: int | None = None
+    fidelity: np.ndarray | None = None
 
 
 def _latents(view, chunk: int = 4096) -> torch.Tensor:
@@ -270,11 +303,11 @@ class Flux(ClusteredStrategy):
 
     # ---- state ----------------------------------------------------------------------------------
     def init_state(self, init_weights, rng, ops):
-        extra = {"accuracy": np.zeros(0), "start_round": 0, "descriptor_bytes": 0.0}
+        st = FluxState()
         if self.cfg.test_assignment == "random":  # a child stream: the server's generator draws on unchanged
-            extra["assignment_seed"] = int(rng.spawn(1)[0].integers(2**63 - 1))
+            st.assignment_seed = int(rng.spawn(1)[0].integers(2**63 - 1))
         return ServerState(weights=init_weights.clone(),
-                           assignment=np.full(self.info.num_clients, -1, dtype=np.int64), extra=extra)
+                           assignment=np.full(self.info.num_clients, -1, dtype=np.int64), method=st)
 
     def _soft(self) -> bool:
         return self.cfg.aggregation == "soft"
@@ -295,24 +328,24 @@ class Flux(ClusteredStrategy):
 
     # ---- descriptors ----------------------------------------------------------------------------
     def _length(self, state) -> int:
-        return 2 * (self.info.num_classes + 1) * int(state.extra["pca_components"].shape[0])
+        return 2 * (self.info.num_classes + 1) * int(state.method.pca_components.shape[0])
 
     def _describe(self, state, clients, ops, labels: bool = True, split: str = "train") -> np.ndarray:
         """The clients' raw descriptors (full length; the part not sent is NaN or unused); counts the bytes sent."""
-        ex, cfg = state.extra, self.cfg
-        fn = partial(_descriptor_fn, mean=ex["pca_mean"], components=ex["pca_components"],
+        st, cfg = state.method, self.cfg
+        fn = partial(_descriptor_fn, mean=st.pca_mean, components=st.pca_components,
                      num_classes=self.info.num_classes, min_class_samples=cfg.min_class_samples,
-                     epsilon=cfg.dp_epsilon, ranges=ex["pca_ranges"], labels=labels)
-        w = ex["descriptor_model"]
+                     epsilon=cfg.dp_epsilon, ranges=st.pca_ranges, labels=labels)
+        w = st.descriptor_model
         raw = np.stack(ops.compute([(int(k), w) for k in clients], fn, split,
                                    seed=derive_seed(cfg.pca_seed, "flux-dp", state.round)))
         sent = self._mask(state, free=split == "test").sum()
-        ex["descriptor_bytes"] += len(clients) * int(sent) * 4
+        st.descriptor_bytes += len(clients) * int(sent) * 4
         return raw
 
     def _scaler(self, state) -> DescriptorScaler:
-        mins, maxs = state.extra["scaler"]
-        return DescriptorScaler(int(state.extra["pca_components"].shape[0]), mins, maxs, self.cfg.missing_fill)
+        mins, maxs = state.method.scaler
+        return DescriptorScaler(int(state.method.pca_components.shape[0]), mins, maxs, self.cfg.missing_fill)
 
     def _labels(self) -> bool:
         """Whether the training clients' descriptors hold class-conditional statistics (``descriptor_part``)."""
@@ -320,7 +353,7 @@ class Flux(ClusteredStrategy):
 
     def _mask(self, state, free: bool = False) -> np.ndarray:
         """The entries of a full-length descriptor that ``descriptor_part`` keeps (``free``: its label-free ones)."""
-        l = int(state.extra["pca_components"].shape[0])  # noqa: E741
+        l = int(state.method.pca_components.shape[0])  # noqa: E741
         mask = part_mask(self._length(state), l, self.cfg.descriptor_part)
         return mask & part_mask(self._length(state), l, "marginal") if free else mask
 
@@ -346,16 +379,16 @@ class Flux(ClusteredStrategy):
 
     def _dbscan(self, state, d: np.ndarray, part: np.ndarray, clients: np.ndarray) -> np.ndarray:
         """The adaptive DBSCAN of App. D.2 (with the noise guard when ``knee_guard=noise``); logs eps and the knee."""
-        cfg, ex = self.cfg, state.extra
+        cfg, st = self.cfg, state.method
         var = None
         if cfg.knee_guard == "noise":  # a missing class part (d' alone) adds no variance; spreads a part drops do
             var = sampling_variance(d, self._scaler(state), self.info.num_samples[clients], self.info.num_classes,
-                                    cfg.dp_epsilon, ex["pca_ranges"])
+                                    cfg.dp_epsilon, st.pca_ranges)
         res = adaptive_dbscan(part, cfg.dbscan_scaling, cfg.dbscan_min_samples, cfg.no_knee, cfg.knee, var,
                               cfg.knee_noise_ratio, cfg.knee_noise_jump)
-        ex["dbscan_eps"] = res.eps
-        ex["knee_found"] = float(res.knee_found)
-        ex["knee_guard"] = float(GUARD_CODES.index(res.guard))
+        st.dbscan_eps = res.eps
+        st.knee_found = float(res.knee_found)
+        st.knee_guard = float(GUARD_CODES.index(res.guard))
         return res.labels
 
     @staticmethod
@@ -364,30 +397,30 @@ class Flux(ClusteredStrategy):
 
     def _start(self, state, clients: np.ndarray, ops) -> None:
         """Descriptor extraction and unsupervised clustering (Algorithm 1 l. 1–11) at the end of the start round."""
-        ex, cfg = state.extra, self.cfg
+        st, cfg = state.method, self.cfg
         w = state.weights.clone()
-        ex["descriptor_model"] = w
+        st.descriptor_model = w
         bounds = [b for b in ops.compute([(int(k), w) for k in clients], _bounds_fn, "train") if b is not None]
         lo, hi = merge_bounds(bounds)
-        ex["descriptor_bytes"] += len(clients) * 2 * len(lo) * 4
+        st.descriptor_bytes += len(clients) * 2 * len(lo) * 4
         mean, comps = shared_pca(lo, hi, cfg.pca_points, cfg.pca_components, cfg.pca_seed)
-        ex["pca_mean"], ex["pca_components"] = torch.from_numpy(mean), torch.from_numpy(comps)
-        ex["pca_ranges"] = projected_ranges(comps, lo, hi)
+        st.pca_mean, st.pca_components = torch.from_numpy(mean), torch.from_numpy(comps)
+        st.pca_ranges = projected_ranges(comps, lo, hi)
         raw = self._describe(state, clients, ops, labels=self._labels())
         scaler = DescriptorScaler(comps.shape[0], fill=cfg.missing_fill).fit(raw)
-        ex["scaler"] = np.stack([scaler.mins, scaler.maxs])
+        st.scaler = np.stack([scaler.mins, scaler.maxs])
         d = scaler.transform(raw)
-        ex["descriptors"] = np.full((self.info.num_clients, d.shape[1]), np.nan)
-        ex["descriptors"][clients] = d
+        st.descriptors = np.full((self.info.num_clients, d.shape[1]), np.nan)
+        st.descriptors[clients] = d
         labels = self._cluster(state, d, np.asarray(clients))
-        ex["centroids"] = self._centroids(self._part(state, d), labels)
+        st.centroids = self._centroids(self._part(state, d), labels)
         state.clusters = w[None].repeat(int(labels.max()) + 1, 1)
         state.assignment[clients] = labels
-        ex["start_round"] = state.round
+        st.start_round = state.round
         if self._soft():
             pair = cdist(self._part(state, d), self._part(state, d))[np.triu_indices(len(d), 1)]
             med = float(np.median(pair[pair > 0])) if (pair > 0).any() else 1.0
-            ex["bandwidth"] = cfg.soft_bandwidth * med
+            st.bandwidth = cfg.soft_bandwidth * med
             state.personal = self.info.client_store(default=w, name="flux_soft")
         if cfg.fidelity_check:
             self._fidelity(state, clients, ops)
@@ -395,37 +428,37 @@ class Flux(ClusteredStrategy):
     def _fidelity(self, state, clients: np.ndarray, ops) -> None:
         """App. C.1.2 / Table 4: ξ over every pair of the clustering round's participants, with the descriptor model
         (the check's own hand-over of projected latents and labels; nothing of it is counted as descriptor bytes)."""
-        ex = state.extra
-        fn = partial(_projected_fn, mean=ex["pca_mean"], components=ex["pca_components"])
-        samples = [s for s in ops.compute([(int(k), ex["descriptor_model"]) for k in clients], fn, "train")
+        st = state.method
+        fn = partial(_projected_fn, mean=st.pca_mean, components=st.pca_components)
+        samples = [s for s in ops.compute([(int(k), st.descriptor_model) for k in clients], fn, "train")
                    if len(s[0])]
         xi = fidelity_errors(samples, self.info.num_classes, self.cfg.min_class_samples)
-        ex["fidelity"] = np.array([summary(xi)[k] for k in FIDELITY])
+        st.fidelity = np.array([summary(xi)[k] for k in FIDELITY])
 
     def _recluster(self, state, clients: np.ndarray, ops) -> None:
         """Dynamic re-clustering with warm start from the nearest previous centroid (App. D.3)."""
-        ex = state.extra
-        ex["descriptors"][clients] = self._scaler(state).transform(self._describe(state, clients, ops,
+        st = state.method
+        st.descriptors[clients] = self._scaler(state).transform(self._describe(state, clients, ops,
                                                                                   labels=self._labels()))
-        known = np.flatnonzero(np.isfinite(ex["descriptors"][:, 0]))
-        d = ex["descriptors"][known]
+        known = np.flatnonzero(np.isfinite(st.descriptors[:, 0]))
+        d = st.descriptors[known]
         labels = self._cluster(state, d, known)
         cents = self._centroids(self._part(state, d), labels)
-        prev = cdist(cents, ex["centroids"]).argmin(axis=1)
+        prev = cdist(cents, st.centroids).argmin(axis=1)
         state.clusters = state.clusters[torch.as_tensor(prev)].clone()
-        ex["centroids"] = cents
+        st.centroids = cents
         state.assignment[known] = labels
 
     # ---- round ----------------------------------------------------------------------------------
     def select(self, state, rng, ops):
-        state.extra["descriptor_bytes"] = 0.0
+        state.method.descriptor_bytes = 0.0
         sel = super().select(state, rng, ops)
         if state.clusters is not None:  # late joiners: descriptor -> nearest centroid (Algorithm 1 l. 20–25)
             new = np.array([k for k in sel if state.assignment[k] < 0], dtype=np.int64)
             if len(new):
                 d = self._scaler(state).transform(self._describe(state, new, ops, labels=self._labels()))
-                state.extra["descriptors"][new] = d
-                state.assignment[new] = cdist(self._part(state, d), state.extra["centroids"]).argmin(axis=1)
+                state.method.descriptors[new] = d
+                state.assignment[new] = cdist(self._part(state, d), state.method.centroids).argmin(axis=1)
         return sel
 
     def _accuracy(self, state, clients, ops) -> float:
@@ -440,43 +473,42 @@ class Flux(ClusteredStrategy):
         cfg, r = self.cfg, state.round
         if cfg.start_round:
             return r >= cfg.start_round
-        return dynamic_start(r, state.extra["accuracy"], self.info.rounds, cfg.start_threshold, cfg.start_min_round,
+        return dynamic_start(r, state.method.accuracy, self.info.rounds, cfg.start_threshold, cfg.start_min_round,
                              cfg.start_max_fraction)
 
     def aggregate(self, state, results, ops):
         if results:
             self._aggregate(state, results, ops)
         if state.clusters is not None:  # the round's final assignment, for the per-round artifact
-            state.extra["assignment_by_round"] = np.vstack([state.extra.get("assignment_by_round",
-                                                                            np.zeros((0, self.info.num_clients))),
-                                                            state.assignment[None]]).astype(np.int64)
-            state.extra.setdefault("assignment_rounds", [])
-            state.extra["assignment_rounds"] = [*state.extra["assignment_rounds"], state.round]
+            st = state.method
+            past = np.zeros((0, self.info.num_clients)) if st.assignment_by_round is None else st.assignment_by_round
+            st.assignment_by_round = np.vstack([past, state.assignment[None]]).astype(np.int64)
+            st.assignment_rounds = [*st.assignment_rounds, state.round]
         return state
 
     def _aggregate(self, state, results, ops) -> None:
         clients = np.array([r.client for r in results], dtype=np.int64)
-        ex = state.extra
+        st = state.method
         if state.clusters is None:  # FedAvg phase before clustering
             state.weights = fedavg(results)
             if not self.cfg.start_round:
-                ex["accuracy"] = np.append(ex["accuracy"], self._accuracy(state, clients, ops))
+                st.accuracy = np.append(st.accuracy, self._accuracy(state, clients, ops))
             if self._starts_now(state):
                 self._start(state, clients, ops)
             return
         state.clusters = fedavg_by_group(results, state.assignment[clients], state.clusters)
         if self._soft():
             self._soft_aggregate(state, results, clients)
-        if self.cfg.recluster_every and (state.round - ex["start_round"]) % self.cfg.recluster_every == 0:
+        if self.cfg.recluster_every and (state.round - st.start_round) % self.cfg.recluster_every == 0:
             self._recluster(state, clients, ops)
 
     def _soft_aggregate(self, state, results, clients) -> None:
         """Flux-soft: every known client's model is the similarity- and size-weighted mean of the participants'."""
         w, n = stack(results)
-        d = state.extra["descriptors"]
+        d = state.method.descriptors
         known = np.flatnonzero(np.isfinite(d[:, 0]))
         s = np.exp(-cdist(self._part(state, d[known]), self._part(state, d[clients])) ** 2
-                   / (2 * state.extra["bandwidth"] ** 2))
+                   / (2 * state.method.bandwidth ** 2))
         s[s < self.cfg.soft_threshold] = 0.0
         coef = torch.as_tensor(s, dtype=w.dtype) * n[None, :]
         total = coef.sum(dim=1)
@@ -490,40 +522,40 @@ class Flux(ClusteredStrategy):
         """Algorithm 2: label-free descriptor d' -> nearest centroid's model (Flux-soft: nearest client's model)."""
         if state.clusters is None:
             return [state.weights for _ in clients]
-        ex = state.extra
-        known = np.flatnonzero(np.isfinite(ex["descriptors"][:, 0]))
+        st = state.method
+        known = np.flatnonzero(np.isfinite(st.descriptors[:, 0]))
         if self.cfg.test_assignment == "random":  # App. F.6.3: a random cluster (Flux-soft: training client)
-            pick = np.random.default_rng(ex["assignment_seed"]).integers(
+            pick = np.random.default_rng(st.assignment_seed).integers(
                 len(known) if self._soft() else state.clusters.shape[0], size=len(clients))
             return ([self._model(state, int(k)) for k in known[pick]] if self._soft()
                     else [state.clusters[int(i)] for i in pick])
         free = self._mask(state, free=True)  # the label-free entries of the part; they come first in the part
         dq = self._scaler(state).transform(self._describe(state, clients, ops, labels=False, split="test"))[:, free]
         if self._soft():
-            nearest = known[cdist(dq, ex["descriptors"][known][:, free]).argmin(axis=1)]
+            nearest = known[cdist(dq, st.descriptors[known][:, free]).argmin(axis=1)]
             return [self._model(state, int(k)) for k in nearest]
-        c = cdist(dq, ex["centroids"][:, :int(free.sum())]).argmin(axis=1)
+        c = cdist(dq, st.centroids[:, :int(free.sum())]).argmin(axis=1)
         views = list(state.clusters)
         return [views[int(i)] for i in c]
 
     # ---- reporting ------------------------------------------------------------------------------
     def round_metrics(self, state):
         m = super().round_metrics(state)
-        ex = state.extra
-        m["descriptor_bytes"] = float(ex["descriptor_bytes"])
+        st = state.method
+        m["descriptor_bytes"] = float(st.descriptor_bytes)
         m["clustering_started"] = float(state.clusters is not None)
-        if "pca_components" in ex:
+        if st.pca_components is not None:
             m["descriptor_bytes_per_client"] = float(self._mask(state).sum() * 4)
-        if "fidelity" in ex:  # App. C.1.2 / Table 4
-            m.update({f"descriptor_w2_error_{k}": float(v) for k, v in zip(FIDELITY, ex["fidelity"])})
-        if "dbscan_eps" in ex:
-            m["dbscan_eps"] = float(ex["dbscan_eps"])
-            m["dbscan_knee_found"] = ex["knee_found"]
-            m["dbscan_guard"] = ex["knee_guard"]  # index in GUARD_CODES: 0 knee, 1 within, 2 beyond
+        if st.fidelity is not None:  # App. C.1.2 / Table 4
+            m.update({f"descriptor_w2_error_{k}": float(v) for k, v in zip(FIDELITY, st.fidelity)})
+        if st.dbscan_eps is not None:
+            m["dbscan_eps"] = float(st.dbscan_eps)
+            m["dbscan_knee_found"] = st.knee_found
+            m["dbscan_guard"] = st.knee_guard  # index in GUARD_CODES: 0 knee, 1 within, 2 beyond
         return m
 
     def _known(self, state):
-        d = state.extra.get("descriptors")
+        d = state.method.descriptors
         if d is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 0))
         known = np.flatnonzero(np.isfinite(d[:, 0]))
@@ -543,9 +575,9 @@ class Flux(ClusteredStrategy):
 
     def artifacts(self, state):
         out = super().artifacts(state)
-        hist = state.extra.get("assignment_by_round")
+        hist = state.method.assignment_by_round
         if hist is not None and len(hist):
-            rounds = state.extra["assignment_rounds"]
+            rounds = state.method.assignment_rounds
             head = "client," + ",".join(f"round_{r}" for r in rounds)
             body = "\n".join(f"{k}," + ",".join(str(int(v)) for v in hist[:, k]) for k in range(hist.shape[1]))
             out["clustering/assignment_by_round.csv"] = head + "\n" + body + "\n"

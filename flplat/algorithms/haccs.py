@@ -26,10 +26,11 @@ then takes the fastest not-yet-chosen client of each cluster in that order, cycl
 Losses (``losses``): ``all`` (default, as the Clust-PSI-PFL authors ran it) evaluates every client's training
 loss on the current global model before selecting — a forward pass over all clients' data each round;
 ``last`` keeps each client's most recent known loss: all clients are evaluated once on the initial model,
-then a participant's entry becomes the training loss it reports after local training. Both are kept in
-``state.extra["loss"]``; with ρ = 1 the losses are not needed and not evaluated. Clusters, latencies and
-losses are stored in ``state.extra`` (``group``, ``latency``, ``loss``). The paper's differentially private
-histogram estimation is not simulated: the label counts clients report are used as they are.
+then a participant's entry becomes the training loss it reports after local training (FedCLS's loss modes too:
+:class:`~flplat.api.LossAwareSelection`); with ρ = 1 the losses are not needed and not evaluated. Clusters,
+latencies and losses are the method's state (:class:`HaccsState`: ``group``, ``latency``, ``loss``). The paper's
+differentially private histogram estimation is not simulated: the label counts clients report are used as they
+are.
 """
 
 from __future__ import annotations
@@ -39,13 +40,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flplat.algorithms.fedavg import FedAvg
-from flplat.algorithms.power_of_choice import client_losses, num_selected, sample_proportional
-from flplat.api import register_algorithm
-from flplat.errors import param_choice, param_out_of_range
-from flplat.metrics.noniid import hellinger
-
-LOSS_MODES = ("all", "last")
+from flplat.api import (
+    LOSS_MODES,
+    LossAwareSelection,
+    SelectionState,
+    hellinger,
+    num_selected,
+    param_choice,
+    param_out_of_range,
+    register_algorithm,
+    round_robin,
+    sample_proportional,
+)
 
 
 def hellinger_optics(label_counts: np.ndarray, min_samples: int = 2, xi: float = 0.05,
@@ -92,48 +98,19 @@ def cluster_scores(group: np.ndarray, latency: np.ndarray, loss: np.ndarray, rho
     return rho * (1.0 - lat_c / latency.max()) + (1.0 - rho) * share
 
 
-def round_robin(order: np.ndarray, ranked: list[np.ndarray], m: int) -> np.ndarray:
-    """Take the first member of each group in ``order``, then the second, ... until m clients (sorted)."""
-    out: list[int] = []
-    for r in range(max(len(x) for x in ranked)):
-        out += [int(ranked[g][r]) for g in order if r < len(ranked[g])]
-        if len(out) >= m:
-            break
-    return np.sort(np.array(out[:m], dtype=np.int64))
+@dataclass
+class HaccsState(SelectionState):
+    """The clients' OPTICS clusters ``group`` and simulated latencies ``latency`` (both (K,), fixed at the start)
+    beside the known losses of :class:`~flplat.api.SelectionState`."""
 
-
-class LossAwareSelection(FedAvg):
-    """FedAvg whose selection reads per-client losses ``state.extra["loss"]``, refreshed per ``cfg.losses``."""
-
-    def init_state(self, init_weights, rng, ops):
-        state = super().init_state(init_weights, rng, ops)
-        k = self.info.num_clients
-        last = self.cfg.losses == "last"
-        state.extra["loss"] = client_losses(ops, range(k), state.weights) if last else np.full(k, np.nan)
-        return state
-
-    def current_losses(self, state, ops) -> np.ndarray:
-        if self.cfg.losses == "all":
-            state.extra["loss"] = client_losses(ops, range(self.info.num_clients), state.weights)
-        return state.extra["loss"]
-
-    def aggregate(self, state, results, ops):
-        if self.cfg.losses == "last":
-            loss = state.extra["loss"].copy()
-            loss[[r.client for r in results]] = [r.train_loss for r in results]
-            state.extra["loss"] = loss
-        return super().aggregate(state, results, ops)
-
-    def artifacts(self, state):
-        cols = [c for c in ("group", "latency", "loss") if c in state.extra]
-        rows = "\n".join(",".join([str(k)] + [f"{state.extra[c][k]:.6g}" for c in cols])
-                         for k in range(self.info.num_clients))
-        return {"selection/groups.csv": ",".join(["client", *cols]) + "\n" + rows + "\n"}
+    latency: np.ndarray | None = None
 
 
 @register_algorithm
 class HACCS(LossAwareSelection):
     name = "haccs"
+    State = HaccsState
+    columns = ("group", "latency", "loss")
 
     @dataclass(frozen=True)
     class Config:
@@ -171,14 +148,14 @@ class HACCS(LossAwareSelection):
     def init_state(self, init_weights, rng, ops):
         state = super().init_state(init_weights, rng, ops)
         c = self.cfg
-        state.extra["group"] = hellinger_optics(self.info.label_counts, int(c.min_samples), float(c.xi),
-                                                 float(c.max_eps))
-        state.extra["latency"] = simulate_latency(self.info.num_clients, list(c.tier_fractions),
-                                                  list(c.tier_latency), float(c.latency_jitter), rng)
+        state.method.group = hellinger_optics(self.info.label_counts, int(c.min_samples), float(c.xi),
+                                              float(c.max_eps))
+        state.method.latency = simulate_latency(self.info.num_clients, list(c.tier_fractions),
+                                                list(c.tier_latency), float(c.latency_jitter), rng)
         return state
 
     def select(self, state, rng, ops):
-        group, latency = state.extra["group"], state.extra["latency"]
+        group, latency = state.method.group, state.method.latency
         rho = float(self.cfg.rho)
         loss = self.current_losses(state, ops) if rho < 1 else np.zeros(len(group))
         score = cluster_scores(group, latency, loss, rho)

@@ -7,8 +7,8 @@ the server sends all k models to the sampled clients; client i estimates its clu
 
     ĵ_i = argmin_j F_i(θ_j),   F_i = the mean cross-entropy on its train split,
 
-(one batched pass of the k models over its data, :mod:`flplat.maths.multimodel`) and runs E local epochs on θ_ĵ; the
-server averages the returned models per cluster (θ_j = Σ_{i: ĵ_i = j} n_i w_i / Σ n_i; a cluster without a
+(one batched pass of the k models over its data, :func:`~flplat.api.model_losses`) and runs E local epochs on
+θ_ĵ; the server averages the returned models per cluster (θ_j = Σ_{i: ĵ_i = j} n_i w_i / Σ n_i; a cluster without a
 client this round keeps its model). The k-model download is counted in ``bytes_down``.
 
 Evaluation: every client uses the model of its estimated cluster. Clients that were not sampled have no fresh
@@ -25,26 +25,25 @@ import numpy as np
 
 from flplat.api import (
     TRUE_M,
-    ClientPlan,
     ClusteredStrategy,
+    ConfigError,
     ServerState,
-    derive_seed,
+    fedavg_by_group,
+    model_losses,
+    param_choice,
+    plan_with_all_models,
+    random_models,
     register_algorithm,
     sample_uniform,
     true_m,
 )
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import fedavg_by_group
-from flplat.maths.multimodel import losses_fn, random_models
 
 REFRESH = ("all", "participants")
 
 
 def cluster_losses(state, ops, clients) -> np.ndarray:
     """``(len(clients), k)`` mean train losses of every cluster model on each client (one batched pass each)."""
-    out = ops.compute([(int(c), None) for c in clients], losses_fn(state.clusters), "train",
-                      seed=derive_seed(0, "losses", state.round))
-    return np.stack([o.mean(dim=1).double().numpy() if o.shape[1] else np.zeros(o.shape[0]) for o in out])
+    return model_losses(state.clusters, ops, clients, state.round)
 
 
 @register_algorithm
@@ -87,9 +86,3 @@ class IFCA(ClusteredStrategy):
             state.assignment = cluster_losses(state, ops, range(self.info.num_clients)).argmin(axis=1)
         return state
 
-
-def plan_with_all_models(state, client: int) -> ClientPlan:
-    """Train the client's cluster model; the download counts every cluster model (the client scores all of
-    them to pick its cluster: IFCA, FedDrift)."""
-    w = state.clusters[int(state.assignment[client])]
-    return ClientPlan(weights=w, extra_bytes_down=(state.clusters.shape[0] - 1) * w.numel() * w.element_size())

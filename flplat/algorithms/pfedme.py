@@ -34,6 +34,26 @@ updates per round stays E·(batches).
 
 Reduction: K = 1, η = 1/λ, β = 1, ``weighting: samples`` and ``inner_optimizer: federation`` make w ← θ after every
 step, i.e. FedAvg.
+
+Settings under Flux's protocol (seed 003). The defaults are pFedMe's own MNIST settings (λ 15, K 5, η 0.005, η_p 0.1),
+which Flux does not state it used and which barely train in Flux's 10 rounds. Flux's tables therefore have two pFedMe
+rows: "pFedMe (its paper's settings)" sets these defaults explicitly, and "pFedMe" takes the λ, η, η_p that
+``flplat tune`` chose on the validation split under Flux's protocol: MNIST P(Y) level 5 at the reduced scale, seed 0,
+grid λ ∈ {1, 15} × η ∈ {0.005, 0.05, 0.3} × η_p ∈ {0.05, 0.1} (configs/search_spaces/flux_pfedme.yaml), chosen
+λ 15, η 0.3, η_p 0.05 (validation accuracy 92.0 %; pFedMe's own point 22.9 %; λ 15, η 0.3, η_p 0.1 diverges). The
+point, the command (``flplat tune configs/flux/table1/mnist_label_l5.yaml --space
+configs/search_spaces/flux_pfedme.yaml algorithm.name=pfedme partition.samples_per_client=500
+federation.optimizer.lr=0.03``) and every grid point's value are in configs/flux/pfedme_tuned.yaml, which the
+"pFedMe" rows read; docs/results.md, "pFedMe under Flux's protocol".
+
+PFLlib's pFedMe (TsingZ0/PFLlib ``serverpFedMe`` / ``clientpFedMe``), a likely source of other papers' pFedMe
+numbers, differs in what it scores. ``pFedMeOptimizer.step`` returns ``group['params']``, the model's own parameters,
+so the client's ``personalized_params`` alias the model, and ``set_parameters`` loads the global model into it before
+``evaluate_personalized``. Its "personalised" accuracy is therefore the global model's on each client's data (pooled
+over clients, the best round's). Its ``--beta`` defaults to 0.0, and ``beta_aggregate_parameters`` sets
+w = (1 − β)·w_prev + β·mean, so with the default the global model never leaves its initialisation. flplat scores
+each client's θ_i and uses β = 1 (the paper's plain mean). A PFLlib number and a flplat number are not the same
+quantity.
 """
 
 from __future__ import annotations
@@ -42,9 +62,18 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.api import ClientPlan, EvalModels, LocalHook, ServerState, Strategy, register_algorithm
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import stack, weighted_mean
+from flplat.api import (
+    ClientPlan,
+    ConfigError,
+    EvalModels,
+    LocalHook,
+    ServerState,
+    Strategy,
+    param_choice,
+    register_algorithm,
+    stack,
+    weighted_mean,
+)
 
 WEIGHTING = ("uniform", "samples")
 INNER_BATCH = ("same", "fresh")

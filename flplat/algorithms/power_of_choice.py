@@ -26,50 +26,36 @@ built (before any run is created):
 d > K is lowered to K (every client a candidate). The effective values are logged every round (``poc_d``,
 ``poc_m``). Clients with n_k = 0 become candidates only once the clients with data are exhausted, and a candidate
 without training data ranks last. The paper's cheaper variants (cpow-d: loss on a mini-batch; rpow-d: stale
-losses from the last participation) are not implemented.
+losses from the last participation) are not implemented. The sampling and loss helpers
+(:func:`~flplat.api.sample_proportional`, :func:`~flplat.api.client_losses`, :func:`~flplat.api.num_selected`) are
+method blocks HACCS and FedCLS share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from flplat.algorithms.fedavg import FedAvg
-from flplat.api import register_algorithm
-from flplat.errors import ConfigError, param_choice
-from flplat.maths.aggregation import stack, weighted_mean
+from flplat.api import (
+    ConfigError,
+    FedAvgStrategy,
+    client_losses,
+    num_selected,
+    param_choice,
+    register_algorithm,
+    sample_proportional,
+    stack,
+    weighted_mean,
+)
 
 WEIGHTINGS = ("uniform", "samples")
 SMALL_D = ("error", "raise_d", "train_d")
 
 
-def num_selected(num_clients: int, fraction: float) -> int:
-    """m = max(1, round(q·K)), as in uniform sampling."""
-    return max(1, int(round(fraction * num_clients)))
-
-
-def sample_proportional(rng: np.random.Generator, weights, size: int) -> np.ndarray:
-    """``size`` distinct indices drawn one after another with probability ∝ ``weights`` (successive sampling
-    without replacement); once the positive-weight entries are used up, the rest come uniformly at random."""
-    w = np.nan_to_num(np.asarray(weights, dtype=np.float64), nan=0.0)
-    pos, rest = np.flatnonzero(w > 0), np.flatnonzero(w <= 0)
-    k = min(size, len(pos))
-    first = rng.choice(pos, size=k, replace=False, p=w[pos] / w[pos].sum()) if k else pos[:0]
-    second = rng.choice(rest, size=size - k, replace=False) if size > k else rest[:0]
-    return np.concatenate([first, second]).astype(np.int64)
-
-
-def client_losses(ops, clients: Sequence[int], weights: torch.Tensor) -> np.ndarray:
-    """F_k(w) on each client's training split (NaN for a client without training data)."""
-    res = ops.evaluate([(int(k), weights) for k in clients], split="train")
-    return np.array([r.loss for r in res], dtype=np.float64)
-
-
 @register_algorithm
-class PowerOfChoice(FedAvg):
+class PowerOfChoice(FedAvgStrategy):
     name = "poc"
 
     @dataclass(frozen=True)

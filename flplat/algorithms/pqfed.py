@@ -41,6 +41,11 @@ from the public sample with clipping by default (``local``: each client's own ra
 server K-means has ``num_clusters`` = 15 (the paper's elbow choice for MNIST/CIFAR-10); the clients project their
 train split; the EMD ground cost is the raw centroid distance (``ground_cost=normalized``: over its maximum,
 which reproduces Fig. 3's flattening under strong noise; the selection rules are scale free, so unaffected).
+
+State: PQFed's own (the EMDs, the collaborators' order, Algorithm 2's bookkeeping) is :class:`PQFedState` in
+``state.method``; the inner algorithm's own state is its field ``inner``, put in ``state.method`` around every
+call into the inner strategy (:meth:`PQFed.call_inner`), so the inner algorithm reads and writes it as it would
+alone.
 """
 
 from __future__ import annotations
@@ -50,12 +55,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
+import torch
 
-from flplat.algorithms import ALGORITHMS
-from flplat.api import ClientPlan, EvalModels, Strategy, register_algorithm
-from flplat.config import namespaced_section
-from flplat.errors import ConfigError, check_choice, check_range
+from flplat.api import (
+    ALGORITHMS,
+    ClientPlan,
+    ConfigError,
+    EvalModels,
+    Strategy,
+    build_inner,
+    check_choice,
+    check_inner,
+    check_range,
+    register_algorithm,
+)
 from flplat.maths import pqfed as pm
 
 INNER = ("fedavg", "fedprox", "feddyn")
@@ -70,6 +83,27 @@ class ProjectAndPerturb:
     def __call__(self, view) -> np.ndarray:
         z = pm.project(view.x.float().cpu().numpy(), self.mean, self.components)
         return pm.laplace_ldp(z, self.epsilon, np.random.default_rng(view.seed), self.lo, self.hi).astype(np.float32)
+
+
+@dataclass
+class PQFedState:
+    """``emd``: (K,) each client's EMD to the target; ``order``: the collaborators, closest first; the target's last
+    test accuracy ``target_acc``; Algorithm 2 (incremental): whether training ``stopped``, the best stopping-split
+    accuracy so far ``best_acc`` (with its test accuracy ``best_test`` and model ``best_weights``), the test
+    accuracy after each stage ``stage_acc``, the stage where Algorithm 2 breaks ``a2_stage`` (0: not yet) and the
+    accuracy it returns ``a2_acc``; ``inner``: the inner algorithm's own state."""
+
+    emd: np.ndarray
+    order: np.ndarray
+    stopped: bool = False
+    best_acc: float = -1.0
+    target_acc: float = math.nan
+    stage_acc: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    best_test: float = math.nan
+    a2_stage: int = 0
+    a2_acc: float = math.nan
+    best_weights: torch.Tensor | None = None
+    inner: Any = None
 
 
 @register_algorithm
@@ -109,7 +143,7 @@ class PQFed(Strategy):
             check_range(0.0 <= cfg[k] <= 1.0, f"{section}.{k}", cfg[k], "a number in [0, 1]")
         inner = [n for n in INNER if n in ALGORITHMS]
         check_choice(f"{section}.inner", cfg.inner, inner)
-        namespaced_section(f"{section}.inner_params", ALGORITHMS, {"name": cfg.inner, **dict(cfg.inner_params)})
+        check_inner(f"{section}.inner_params", cfg.inner, dict(cfg.inner_params))
         check_range(cfg.epsilon > 0, f"{section}.epsilon", cfg.epsilon, "a number > 0 (inf: no noise)")
         check_choice(f"{section}.ldp_range", cfg.ldp_range, pm.LDP_RANGES)
         check_choice(f"{section}.ground_cost", cfg.ground_cost, pm.GROUND_COSTS)
@@ -134,10 +168,19 @@ class PQFed(Strategy):
         if info.public_x is None:
             raise ConfigError("algorithm.name='pqfed' needs public inputs for its PCA: a dataset with a test set "
                               "(mnist, fmnist, cifar10, synthetic) or partition.name=pqfed")
-        inner_cls = ALGORITHMS[cfg.inner]
-        inner_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(inner_cls.Config),
-                                                        dict(cfg.inner_params)))
-        self.inner = inner_cls(inner_cfg, info)
+        self.inner = build_inner(cfg.inner, dict(cfg.inner_params), info)
+
+    def call_inner(self, fn, state, *args):
+        """``fn(state, *args)``, a method of the inner strategy, with the inner algorithm's own state in
+        ``state.method`` (PQFed's is put back after, holding the inner's as it left it)."""
+        own = state.method
+        state.method = own.inner
+        try:
+            out = fn(state, *args)
+        finally:
+            own.inner = state.method
+            state.method = own
+        return out
 
     @staticmethod
     def _check_target_splits(cfg, info) -> None:
@@ -183,10 +226,8 @@ class PQFed(Strategy):
     def init_state(self, init_weights, rng, ops):
         state = self.inner.init_state(init_weights, rng, ops)
         emd, order = self.similarity(rng, ops)
-        state.extra["pqfed"] = {"emd": emd, "order": order, "stopped": np.array(False), "best_acc": np.array(-1.0),
-                                "target_acc": np.array(np.nan), "stage_acc": np.zeros(0), "best_test": np.array(np.nan),
-                                "a2_stage": np.array(0), "a2_acc": np.array(np.nan),
-                                "best_weights": None if state.weights is None else state.weights.clone()}
+        state.method = PQFedState(emd=emd, order=order, inner=state.method,
+                                  best_weights=None if state.weights is None else state.weights.clone())
         return state
 
     # ---- rounds ---------------------------------------------------------------------------------------
@@ -194,12 +235,12 @@ class PQFed(Strategy):
         return (state.round - 1) // self.cfg.rounds_per_stage
 
     def _frozen(self, state) -> bool:
-        x = state.extra["pqfed"]
-        return self.cfg.mode == "incremental" and (bool(x["stopped"]) or self._stage(state) >= len(x["order"]))
+        x = state.method
+        return self.cfg.mode == "incremental" and (x.stopped or self._stage(state) >= len(x.order))
 
     def group(self, state) -> np.ndarray:
         """The clients training this round: the target and its collaborators (incremental: this stage's)."""
-        order = state.extra["pqfed"]["order"]
+        order = state.method.order
         if self.cfg.mode == "incremental":
             s = min(self._stage(state), len(order) - 1)
             order = order[s:s + 1] if self.cfg.incremental_group == "pair" else order[:s + 1]
@@ -210,72 +251,72 @@ class PQFed(Strategy):
 
     def plan(self, state, client):
         if self._frozen(state):
-            return ClientPlan(weights=self.inner.eval_weights(state, client), epochs=0)
-        return self.inner.plan(state, client)
+            return ClientPlan(weights=self.call_inner(self.inner.eval_weights, state, client), epochs=0)
+        return self.call_inner(self.inner.plan, state, client)
 
     def aggregate(self, state, results, ops):
-        x = state.extra["pqfed"]
+        x = state.method
         frozen = self._frozen(state)
         if not frozen:
             self.inner.population = len(self.group(state))  # the inner federation (FedDyn's K)
-            state = self.inner.aggregate(state, results, ops)
+            state = self.call_inner(self.inner.aggregate, state, results, ops)
         t = self.cfg.target
-        x["target_acc"] = np.array(ops.evaluate([(t, self.inner.eval_weights(state, t))], "test")[0].accuracy)
+        x.target_acc = float(ops.evaluate([(t, self.eval_weights(state, t))], "test")[0].accuracy)
         if not frozen and self.cfg.mode == "incremental" and state.round % self.cfg.rounds_per_stage == 0:
-            stage, test_acc = state.round // self.cfg.rounds_per_stage, float(x["target_acc"])
-            x["stage_acc"] = np.append(x["stage_acc"], test_acc)
-            acc = x["target_acc"] if self.cfg.stop_split == "test" else np.array(
-                ops.evaluate([(t, self.inner.eval_weights(state, t))], "val")[0].accuracy)
-            decreased = bool(acc < x["best_acc"])
-            if decreased and not x["a2_stage"]:  # where Algorithm 2 breaks (also when incremental_stop is off)
-                x["a2_stage"] = np.array(stage)
-                x["a2_acc"] = np.array(x["best_test"] if self.cfg.incremental_return == "best" else test_acc)
+            stage, test_acc = state.round // self.cfg.rounds_per_stage, x.target_acc
+            x.stage_acc = np.append(x.stage_acc, test_acc)
+            acc = x.target_acc if self.cfg.stop_split == "test" else float(
+                ops.evaluate([(t, self.eval_weights(state, t))], "val")[0].accuracy)
+            decreased = bool(acc < x.best_acc)
+            if decreased and not x.a2_stage:  # where Algorithm 2 breaks (also when incremental_stop is off)
+                x.a2_stage = int(stage)
+                x.a2_acc = float(x.best_test if self.cfg.incremental_return == "best" else test_acc)
             if self.cfg.incremental_stop and decreased:
-                x["stopped"] = np.array(True)
+                x.stopped = True
                 if self.cfg.incremental_return == "best" and state.weights is not None:
-                    state.weights = x["best_weights"].clone()
-                    x["target_acc"] = np.array(ops.evaluate([(t, state.weights)], "test")[0].accuracy)
+                    state.weights = x.best_weights.clone()
+                    x.target_acc = float(ops.evaluate([(t, state.weights)], "test")[0].accuracy)
             else:
-                x["best_acc"], x["best_test"] = np.array(acc), np.array(test_acc)
+                x.best_acc, x.best_test = float(acc), float(test_acc)
                 if state.weights is not None:
-                    x["best_weights"] = state.weights.clone()
-            if not x["a2_stage"] and stage == len(x["order"]):  # no decrease: Algorithm 2 returns the last model
-                x["a2_stage"], x["a2_acc"] = np.array(stage), np.array(test_acc)
+                    x.best_weights = state.weights.clone()
+            if not x.a2_stage and stage == len(x.order):  # no decrease: Algorithm 2 returns the last model
+                x.a2_stage, x.a2_acc = int(stage), float(test_acc)
         return state
 
     # ---- evaluation and logging ---------------------------------------------------------------------------
     def eval_weights(self, state, client):
-        return self.inner.eval_weights(state, client)
+        return self.call_inner(self.inner.eval_weights, state, client)
 
     def global_weights(self, state):
-        return self.inner.global_weights(state)
+        return self.call_inner(self.inner.global_weights, state)
 
     def round_metrics(self, state):
-        x = state.extra["pqfed"]
-        emd, order = x["emd"], x["order"]
+        x = state.method
+        emd, order = x.emd, x.order
         others = np.delete(emd, self.cfg.target)
         ratio = {"strict": self.cfg.strict_ratio, "lenient": self.cfg.lenient_ratio}.get(self.cfg.selection)
-        m = dict(self.inner.round_metrics(state))
-        m.update({"target_accuracy": float(x["target_acc"]), "num_collaborators": float(len(order)),
+        m = dict(self.call_inner(self.inner.round_metrics, state))
+        m.update({"target_accuracy": float(x.target_acc), "num_collaborators": float(len(order)),
                   "emd_max": float(others.max()) if others.size else 0.0,
                   "emd_threshold": float(ratio * others.max()) if ratio is not None and others.size else math.nan})
         if self.cfg.mode == "incremental" and len(order):
             s = min(self._stage(state), len(order) - 1)
             m.update({"stage": float(s + 1), "stage_client": float(order[s]), "stage_client_emd": float(emd[order[s]]),
-                      "stopped": float(bool(x["stopped"]))})
-            if x["a2_stage"]:
-                m.update({"algorithm2_stage": float(x["a2_stage"]), "algorithm2_accuracy": float(x["a2_acc"])})
+                      "stopped": float(x.stopped)})
+            if x.a2_stage:
+                m.update({"algorithm2_stage": float(x.a2_stage), "algorithm2_accuracy": float(x.a2_acc)})
         return m
 
     def series(self, state):
-        x = state.extra["pqfed"]
-        out = {"emd_by_client": [(k, float(d)) for k, d in enumerate(x["emd"])]}
+        x = state.method
+        out = {"emd_by_client": [(k, float(d)) for k, d in enumerate(x.emd)]}
         if self.cfg.mode == "incremental":
-            out["target_accuracy_by_stage"] = [(i + 1, float(a)) for i, a in enumerate(x["stage_acc"])]
+            out["target_accuracy_by_stage"] = [(i + 1, float(a)) for i, a in enumerate(x.stage_acc)]
         return out
 
     def artifacts(self, state):
-        x = state.extra["pqfed"]
-        rank = {int(k): i + 1 for i, k in enumerate(x["order"])}
-        rows = [f"{k},{d:.6f},{int(k in rank)},{rank.get(k, '')}" for k, d in enumerate(x["emd"])]
+        x = state.method
+        rank = {int(k): i + 1 for i, k in enumerate(x.order)}
+        rows = [f"{k},{d:.6f},{int(k in rank)},{rank.get(k, '')}" for k, d in enumerate(x.emd)]
         return {"pqfed/selection.csv": "client,emd,collaborator,rank\n" + "\n".join(rows) + "\n"}

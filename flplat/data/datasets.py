@@ -36,8 +36,9 @@ Where the files of ``mnist`` / ``fmnist`` / ``cifar10`` / ``cifar100`` are looke
 ``data.cache_dir``) are :mod:`flplat.data.files`' part; this module loads a dataset (:func:`load_dataset`,
 :func:`subsample`) and registers the generated datasets and the file-backed image sets. Each other dataset
 registers itself in its own module, with its keys (:mod:`flplat.data.registry`: ``data.NAME`` checked as
-``model.*`` is); importing this module imports them all. Every name of :mod:`flplat.data.files` is re-exported here
-so its import paths keep working; a monkeypatch must target :mod:`flplat.data.files` to reach the code.
+``model.*`` is); importing this module imports them all. The file loaders and the locator live in
+:mod:`flplat.data.files`, the format readers in :mod:`flplat.data.formats`; reading one of their names from this
+module (their old path) warns until flplat 0.3.0.
 """
 
 from __future__ import annotations
@@ -49,53 +50,21 @@ import numpy as np
 import torch
 
 from flplat.data.containers import Dataset
-from flplat.data.files import (  # noqa: F401 (re-exports: these were defined here before the split)
-    _CIFAR_LAYOUT,
-    _IDX_LAYOUT,
-    CACHE_DIR,
-    DEBIAN_FMNIST_DIR,
-    DECODED_CACHE_VERSION,
-    ENV_VAR,
-    FMNIST_CLASSES,
-    IDX_FILES,
-    NORMALIZATION,
-    REPO_SHARED_DATA,
-    DataUnavailableError,
-    _cached_arrays,
-    _candidate_dirs,
-    _cifar_files,
-    _decoded_cache_dir,
-    _download_root,
-    _file_digest,
-    _find_idx_files,
-    _labels,
-    _locate,
-    _missing_message,
-    _read_idx_split,
-    _standardise,
-    _torchvision_download,
-    _with_layout,
-    load_cifar,
-    load_idx_dataset,
-    log,
-)
-from flplat.data.formats import DataFormatError, read_cifar_batches, read_idx, read_pickle  # noqa: F401
+from flplat.data.files import _labels, _standardise, load_cifar, load_idx_dataset
 from flplat.data.registry import DATASETS, data_config, load_builtins, register_dataset
+from flplat.deprecation import moved
 from flplat.errors import check_range
 
-__all__ = [
-    "DATASETS",
-    "NORMALIZATION",
-    "DataFormatError",
-    "DataUnavailableError",
-    "load_cifar",
-    "load_dataset",
-    "load_digits",
-    "load_idx_dataset",
-    "load_synthetic",
-    "read_idx",
-    "register_dataset",
-]
+__all__ = ["DATASETS", "load_dataset", "load_digits", "load_synthetic", "register_dataset", "subsample"]
+
+# the names that moved to flplat.data.files / flplat.data.formats when the loaders were split out
+__getattr__ = moved(__name__, {
+    **{n: "flplat.data.files" for n in (
+        "CACHE_DIR", "DEBIAN_FMNIST_DIR", "DECODED_CACHE_VERSION", "ENV_VAR", "FMNIST_CLASSES", "IDX_FILES",
+        "NORMALIZATION", "REPO_SHARED_DATA", "DataUnavailableError", "_CIFAR_LAYOUT", "_IDX_LAYOUT", "_cached_arrays",
+        "_candidate_dirs", "_cifar_files", "_decoded_cache_dir", "_download_root", "_file_digest", "_find_idx_files",
+        "_locate", "_missing_message", "_read_idx_split", "_torchvision_download", "_with_layout", "log")},
+    **{n: "flplat.data.formats" for n in ("DataFormatError", "read_cifar_batches", "read_idx", "read_pickle")}})
 
 
 def load_dataset(cfg: Any, seed: int) -> Dataset:

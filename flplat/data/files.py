@@ -5,9 +5,10 @@ generated datasets) and the disk: this module locates, downloads, decodes, stand
 datasets' files (IDX for ``mnist`` / ``fmnist``, the pickle batches for ``cifar10`` / ``cifar100``; the parsers
 themselves are :mod:`flplat.data.formats`). The pixel standardisation (:data:`NORMALIZATION`,
 :func:`_standardise`) lives here because both sides use it (``digits`` too). :mod:`flplat.data.datasets` registers
-:func:`load_idx_dataset` and :func:`load_cifar` under the dataset names and re-exports every name of this module;
-the module attributes tests point elsewhere (:data:`CACHE_DIR`, :data:`REPO_SHARED_DATA`,
-:data:`DEBIAN_FMNIST_DIR`, :func:`_torchvision_download`, :func:`read_idx`) must be patched HERE to reach the code.
+:func:`load_idx_dataset` and :func:`load_cifar` under the dataset names (reading one of this module's names from
+there, the old path, warns until flplat 0.3.0); the module attributes tests point elsewhere (:data:`CACHE_DIR`,
+:data:`REPO_SHARED_DATA`, :data:`DEBIAN_FMNIST_DIR`, :func:`_torchvision_download`, :func:`read_idx`) must be
+patched HERE to reach the code.
 
 Lookup order (files on disk)
 ----------------------------

@@ -7,7 +7,8 @@ every dataset's and every protocol's keys at once (``data.synthetic_samples``, `
 it and its name there now (a key whose name did not change maps to itself). A config layer (a file, the overrides)
 that holds a key the current form has under no entry (:func:`old_only_keys`) is read in the old form
 (:func:`upgrade_layer`, the hook :func:`flplat.configure.load_config` hands to the parser): every key of the chosen
-entry takes its current name, with one deprecation warning per key (a :class:`DeprecationWarning` and a logged
+entry takes its current name, with one deprecation warning per key (a
+:class:`~flplat.deprecation.FlplatDeprecationWarning`, a :class:`DeprecationWarning`, and a logged
 warning line); a key of another entry is carried in ``<section>_unused`` (not used, warned about) unless it holds
 its default -- an old config's full dump (``--print-config``, a run's logged ``config.yaml``) holds every key --
 in which case it is dropped. A layer without such keys is in the current form and is checked as written.
@@ -22,11 +23,11 @@ import copy
 import dataclasses
 import functools
 import logging
-import warnings
 from typing import Any
 
 from flplat.config import SHARED, field_names
 from flplat.data.registry import DATASETS, PARTITIONS, load_builtins
+from flplat.deprecation import warn
 
 __all__ = ["OLD_KEYS", "deprecated", "old_only_keys", "upgrade_config", "upgrade_layer"]
 
@@ -76,12 +77,12 @@ _WARNED: set[str] = set()
 
 
 def deprecated(message: str) -> None:
-    """One deprecation notice: a :class:`DeprecationWarning` and a logged warning line (what a user sees; Python
-    hides DeprecationWarning outside ``__main__``), once per message and process."""
+    """One deprecation notice: a :class:`~flplat.deprecation.FlplatDeprecationWarning` (flplat's one deprecation
+    helper) and a logged warning line (what a user running ``flplat`` sees), once per message and process."""
     if message in _WARNED:
         return
     _WARNED.add(message)
-    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    warn(message, stacklevel=3)
     log.warning("%s", message)
 
 

@@ -53,7 +53,6 @@ import dataclasses
 import inspect
 import logging
 import typing
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +64,7 @@ from flplat.config import DataConfig, PartitionConfig
 from flplat.config_sections import field_names, namespaced_section, same_default, structured_schema, with_common
 from flplat.data.containers import Dataset, Partition
 from flplat.data.splits import as_labels, run_label_protocol
+from flplat.deprecation import warn
 from flplat.protocol.registry import BUILTIN, add, origin
 from flplat.protocol.strategy import NoConfig
 
@@ -184,7 +184,7 @@ def _legacy_spec(name: str, fn: Callable) -> PartitionSpec:
            f"{', '.join(field_names(legacy_partition_config()))}); register it with its own keys: "
            "register_partition(name, Config, takes='labels'), or take (dataset, cfg, seed) and return a Partition "
            "(docs/extending.md)")
-    warnings.warn(msg, DeprecationWarning, stacklevel=3)
+    warn(msg, stacklevel=3)
     log.warning("%s", msg)
     return PartitionSpec(name, legacy_partition_config(), label_protocol(fn), labels=fn, legacy=True)
 

@@ -1,7 +1,8 @@
 """The engine: one training loop, one round loop, and the state they pass around.
 
-* ``state`` -- re-exports the flat-vector layout, server state, client store and seed derivation from their home in
-  :mod:`flplat.protocol` (the contract between the engine and the strategies, below both).
+* ``state`` -- the old import path of the flat-vector layout, server state, client store and seed derivation (they
+  live in :mod:`flplat.protocol`, the contract between the engine and the strategies, below both; import them from
+  :mod:`flplat.api`): it warns until flplat 0.3.0.
 * ``client`` -- the one training loop: a LightningModule driven by Lightning Fabric, reused for every client.
 * ``vectorized`` -- the same local training for a group of clients at once (``torch.func``).
 * ``optim`` -- the client optimizers: ``torch.optim`` for the loop, the same updates on stacked parameters.

@@ -3,8 +3,8 @@
 A checkpoint taken after round t holds
 
 * the :class:`~flplat.protocol.state.ServerState` (global / cluster models, assignment, server-optimizer state,
-  ``extra``; per-client vectors through the compact :class:`~flplat.protocol.state.ClientStore`, which pickles
-  only its written rows in its own dtype),
+  the method's typed state ``method``; per-client vectors through the compact
+  :class:`~flplat.protocol.state.ClientStore`, which pickles only its written rows in its own dtype),
 * the strategy's own state (:meth:`~flplat.protocol.strategy.Strategy.state_dict`: generic for every registered
   algorithm),
 * every RNG that drives later rounds: the server generator (client sampling, strategy randomness), torch's and
@@ -12,6 +12,10 @@ A checkpoint taken after round t holds
   client, so they need nothing),
 * the metric history, the last per-client table, which clients have trained, and the run's ``meta`` (the resolved
   config, the client-state directory) with the MLflow run id the run was saved under.
+
+``VERSION`` 2: the methods' state moved from ``ServerState.extra`` (string keys) to their own dataclasses in
+``ServerState.method``, so a checkpoint of version 1 is refused with its version (an earlier flplat's run is not
+resumed, it is rerun) rather than resumed into state the strategy cannot read.
 
 Files are written atomically (a temporary file, then ``os.replace``), so a kill during the write leaves the
 previous checkpoint intact. Where they live is the caller's choice (:func:`flplat.tracking.runs.checkpoint_path`:
@@ -34,7 +38,7 @@ import torch
 
 from flplat.engine.events import Callback, RoundEnd, RunEnd, RunStart
 
-VERSION = 1
+VERSION = 2
 
 
 def payload(orch, round: int) -> dict[str, Any]:
@@ -68,7 +72,8 @@ def load(path: str | Path) -> dict[str, Any]:
     with open(path, "rb") as fh:  # the run's own file, beside its store (trusted like the store itself)
         data = pickle.load(fh)
     if data.get("version") != VERSION:
-        raise ValueError(f"checkpoint {path} has version {data.get('version')}, expected {VERSION}")
+        raise ValueError(f"checkpoint {path} has version {data.get('version')}, expected {VERSION} (written by another "
+                         "flplat version; it cannot be resumed: run the config again)")
     return data
 
 

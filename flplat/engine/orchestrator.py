@@ -8,11 +8,8 @@ concerns (MLflow, progress display, checkpoints) are callbacks; they receive fro
 round's end and the run's end (:mod:`flplat.engine.events`), never the loop, so the loop itself never logs. What the
 loop is given -- the failure model, the run's metadata -- are constructor arguments.
 
-The seam with :mod:`flplat.engine.executor`: this module is the server side (what a round does), the executor the
-client side (how each client's training, scoring and ``compute`` run), :mod:`flplat.engine.evaluation` what the
-run's metrics are. Names that lived here stay importable from here (``Callback``, ``clustering_scores``, the
-executor's ``LocalExecutor``, ``LazyRequests``, ``request_clients``, ``subset``, ``_softmax_and_labels``); a
-monkeypatch must target the module that defines the code.
+This module is the server side (what a round does), :mod:`flplat.engine.executor` the client side. Names that lived
+here (the executor's, ``clustering_scores``: the evaluation's) warn from this old path until flplat 0.3.0.
 """
 
 from __future__ import annotations
@@ -20,25 +17,31 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from flplat.data.containers import FederatedData
+from flplat.deprecation import moved
 from flplat.engine import checkpoint
-from flplat.engine.evaluation import Evaluator, clustering_scores
+from flplat.engine.evaluation import Evaluator
 from flplat.engine.events import Callback, RoundEnd, RunEnd, RunStart, StrategyReport
-from flplat.engine.executor import LazyRequests, LocalExecutor, _softmax_and_labels, request_clients, subset
 from flplat.engine.failures import Diverged, reject_nonfinite
 from flplat.errors import raise_if_stopped
 from flplat.protocol.seeding import derive_seed
 from flplat.protocol.state import ServerState
 from flplat.protocol.strategy import Strategy
 
-__all__ = ["Callback", "LazyRequests", "LocalExecutor", "Orchestrator", "RunSummary", "clustering_scores",
-           "request_clients", "subset"]
-_ = _softmax_and_labels  # re-exported (the executor's)
+if TYPE_CHECKING:  # an annotation only: orchestrator.LocalExecutor is an old path, and warns
+    from flplat.engine.executor import LocalExecutor
+
+__all__ = ["Callback", "Orchestrator", "RunSummary"]
+
+__getattr__ = moved(__name__, {
+    **{n: "flplat.engine.executor" for n in ("request_clients", "subset", "LazyRequests", "LocalExecutor",
+                                            "_softmax_and_labels")},
+    "clustering_scores": "flplat.engine.evaluation"})
 
 
 @dataclass

@@ -1,11 +1,9 @@
-"""Flat model state, server state, the client store and seed derivation, re-exported from their home in the
-protocol layer (:mod:`flplat.protocol.state`, :mod:`flplat.protocol.seeding`) so that
-``from flplat.engine.state import ServerState`` keeps working. New code imports :mod:`flplat.api` or
-:mod:`flplat.protocol`."""
+"""Old import path of the flat state, server state, client store and seed derivation: they are :mod:`flplat.api`'s
+(defined in :mod:`flplat.protocol.state` and :mod:`flplat.protocol.seeding`). ``from flplat.engine.state import
+ServerState`` works until flplat 0.3.0 with a deprecation warning; import from :mod:`flplat.api`."""
 
 from __future__ import annotations
 
-from flplat.protocol.seeding import derive_seed
-from flplat.protocol.state import ClientStore, ParamLayout, ServerState
+from flplat.deprecation import moved
 
-__all__ = ["ClientStore", "ParamLayout", "ServerState", "derive_seed"]
+__getattr__ = moved(__name__, {n: "flplat.api" for n in ("ClientStore", "ParamLayout", "ServerState", "derive_seed")})

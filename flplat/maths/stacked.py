@@ -2,7 +2,7 @@
 
 Several models that share a network's architecture but not its weights -- G clients trained together
 (:mod:`flplat.engine.vectorized`), G personal models scored together (:mod:`flplat.engine.batched_eval`), the M
-candidate models of IFCA, FeSEM, FedEM, FedRC and FedDrift on one client's data (:mod:`flplat.maths.multimodel`)
+candidate models of IFCA, FeSEM, FedEM, FedRC and FedDrift on one client's data (:mod:`flplat.blocks.multimodel`)
 -- are run as one batched call: the models' tensors are stacked ``(G, ...)`` and ``torch.func.vmap`` maps
 ``functional_call`` of the shared network over them, so a linear layer becomes one batched matmul. This module is the
 one place that builds that call (:class:`StackedForward`) and the one probe that says whether a network can be run

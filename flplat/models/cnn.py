@@ -1,5 +1,5 @@
-"""Convolutional models: ``fmnist_cnn``, ``cifar_cnn``, ``lenet5``, ``dapfl_cnn10`` and ``dapfl_cnn100``. All take
-``(C, H, W)`` inputs of any size.
+"""Convolutional models: ``fmnist_cnn``, ``cifar_cnn``, ``lenet5``, ``dapfl_cnn10``, ``dapfl_cnn100`` and
+``pqfed_cnn``. All take ``(C, H, W)`` inputs of any size.
 
 ``fmnist_cnn`` — the light FMNIST CNN of Clust-PSI-PFL (Jimenez-Gutierrez et al., §IV-A-d): "three convolutional
 stages with 8, 16, and 32 feature maps, respectively; the convolutional stack is followed by max-pooling and a
@@ -26,13 +26,37 @@ input is smaller than 5×5 (``conv2_padding=None``, automatic; set an integer to
 2, latent 64. On 32×32 CIFAR inputs conv1 keeps its padding 2 (latent 16·6·6 = 576); ``conv1_padding=0`` gives
 the original 32×32 LeNet (latent 400).
 
-``dapfl_cnn10`` / ``dapfl_cnn100`` — DA-PFL's two CIFAR CNNs (Wang et al., §V-A: "For the CIFAR10 and CIFAR100
-datasets, we follow [34], [64] and use the two different CNN models. These CNN models are composed of two
-convolutional layers and three fully connected layers, but each layer has different scales."). The widths are not
-in DA-PFL; [34] is FedRep (Collins et al., 2021), whose public code defines them: CIFAR-10 conv 3->64->64 (5×5,
-no padding, ReLU, 2×2 max-pool each), FC 1600 -> 120 -> 64 -> classes; CIFAR-100 conv 3->64->128, FC 3200 -> 256
--> 128 -> classes; dropout 0.6 before the last layer in both. These are the defaults (keys ``channels``, ``fc``,
-``dropout``).
+``dapfl_cnn10`` / ``dapfl_cnn100`` — DA-PFL's two CIFAR CNNs (§IV-D: "For the CIFAR10 and CIFAR100 datasets, we
+follow [34], [64] and use the two different CNN models. These CNN models are composed of two convolutional layers
+and three fully connected layers, but each layer has different scales."). DA-PFL gives the layer counts only; every
+size comes from [34], FedRep (Collins et al., 2021), whose public code (``models/Nets.py``, ``CNNCifar`` and
+``CNNCifar100``) defines the two networks ([64], LEAF, has no CIFAR model):
+
+* conv1: 5×5, no padding, ReLU, 2×2 max-pool; 64 maps in both (FedRep: ``Conv2d(3, 64, 5)``);
+* conv2: 5×5, no padding, ReLU, 2×2 max-pool; 64 maps for CIFAR-10 (``Conv2d(64, 64, 5)``), 128 for CIFAR-100
+  (``Conv2d(64, 128, 5)``); 32 -> 28 -> 14 -> 10 -> 5, so the latent is 64·5·5 = 1600 / 128·5·5 = 3200;
+* fc1, fc2: 120 and 64 (CIFAR-10: ``Linear(1600, 120)``, ``Linear(120, 64)``), 256 and 128 (CIFAR-100:
+  ``Linear(3200, 256)``, ``Linear(256, 128)``), ReLU each; then the classifier (fc3) on 64 / 128 features;
+* dropout 0.6: FedRep's CIFAR-100 network drops the classifier's input (``self.drop(F.relu(self.fc2(x)))``), its
+  CIFAR-10 network the logits (``self.drop(self.fc3(x))``). A layer after the classifier would break the split
+  (the head must be the final linear layer: FedRep's and CReFF's personalised heads, APFL's mixing), so both
+  models here drop the classifier's input, FedRep's CIFAR-100 placement; ``dropout=0`` removes it.
+
+These are the defaults (keys ``channels``, ``fc``, ``dropout``); with 10 classes ``dapfl_cnn10`` has 307,842
+parameters, with DA-PFL's 20 CIFAR-100 classes ``dapfl_cnn100`` has 1,064,724.
+
+``pqfed_cnn`` — PQFed's CNN for MNIST and CIFAR-10 (Yue et al., §V-A, Fig. 2: "(a) For CIFAR-10 model, each image has
+input size of [32, 32, 3], and includes 2 convolutional layers followed by one max pooling layer and 2 fully
+connected layers. (b) For MNIST model, each image has input size of [28, 28, 1], and consists of 2 convolutional
+layers followed by one max pooling layer and 2 fully connected layers."). The layer list is the paper's, the same
+for both datasets (one model, built on each input shape); the sizes are in the figure's drawing only, and PQFed has
+no public code. They are chosen as PyTorch's MNIST example (``examples/mnist``), the common network of exactly this
+layer list: conv 3×3 with 32 then 64 maps (stride 1, no padding, ReLU each) -> one 2×2 max-pool (ceil mode, which
+only matters for odd maps) -> flatten -> FC 128 (ReLU) -> classifier, so 28×28 -> 26 -> 24 -> 12 (latent
+64·12·12 = 9216, 1,199,882 parameters for 10 classes) and 32×32 -> 30 -> 28 -> 14 (latent 12,544, 1,626,442
+parameters). The example's dropouts (0.25 after the pool, 0.5 after FC 128) are not layers the paper lists, so they
+are 0 by default (keys ``conv_dropout``, ``fc_dropout``); the sizes are keys too (``channels``, ``kernel_size``,
+``fc``).
 
 For every model ``latent(x)`` is the flattened output of the convolutional stack (the input of the first fully
 connected layer), and ``features(x)`` is the output of the last hidden dense layer (the head's input).
@@ -274,3 +298,45 @@ def build_dapfl_cnn10(cfg: DAPFLCNNConfig, input_shape: tuple[int, ...], num_cla
 @register_model("dapfl_cnn100", DAPFLCNN100Config, _validate_dapfl)
 def build_dapfl_cnn100(cfg: DAPFLCNN100Config, input_shape: tuple[int, ...], num_classes: int) -> DAPFLCNN:
     return DAPFLCNN(input_shape, num_classes, cfg)
+
+
+# ---------------------------------------------------------------------------------------------------- pqfed_cnn
+
+
+@dataclass
+class PQFedCNNConfig:
+    """``pqfed_cnn``: the two conv widths, their kernel size, the hidden FC width, dropout after the pool and after
+    the hidden FC layer (sizes the paper's Fig. 2 does not state in its text: see the module docstring)."""
+
+    channels: list[int] = field(default_factory=lambda: [32, 64])
+    kernel_size: int = 3
+    fc: int = 128
+    conv_dropout: float = 0.0
+    fc_dropout: float = 0.0
+
+
+class PQFedCNN(SplitModel):
+    """Conv k×k -> ReLU -> Conv k×k -> ReLU -> MaxPool 2×2 -> Dropout -> Flatten -> Linear -> ReLU -> Dropout."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, cfg: PQFedCNNConfig) -> None:
+        c_in, _, _ = image_shape(input_shape)
+        c1, c2 = (int(c) for c in cfg.channels)
+        k = int(cfg.kernel_size)
+        trunk = nn.Sequential(nn.Conv2d(c_in, c1, k), nn.ReLU(), nn.Conv2d(c1, c2, k), nn.ReLU(),
+                              nn.MaxPool2d(2, ceil_mode=True), dropout(float(cfg.conv_dropout)), nn.Flatten(1))
+        width = output_size(trunk, input_shape)
+        dense = nn.Sequential(nn.Linear(width, int(cfg.fc)), nn.ReLU(), dropout(float(cfg.fc_dropout)))
+        super().__init__(trunk, dense, input_shape, num_classes)
+
+
+def _validate_pqfed(cfg: PQFedCNNConfig, section: str) -> None:
+    check_sizes(section, "channels", cfg.channels, length=2)
+    require(cfg.kernel_size >= 1, section, "kernel_size", cfg.kernel_size, "an integer >= 1")
+    require(cfg.fc >= 1, section, "fc", cfg.fc, "an integer >= 1")
+    check_dropout(section, "conv_dropout", cfg.conv_dropout)
+    check_dropout(section, "fc_dropout", cfg.fc_dropout)
+
+
+@register_model("pqfed_cnn", PQFedCNNConfig, _validate_pqfed)
+def build_pqfed_cnn(cfg: PQFedCNNConfig, input_shape: tuple[int, ...], num_classes: int) -> PQFedCNN:
+    return PQFedCNN(input_shape, num_classes, cfg)

@@ -15,7 +15,7 @@ where ``residual[f](x) = x + f(x)``. The global max-pool (``AdaptiveMaxPool2d(1)
 data keys). ``widths`` sets the four widths (64, 128, 256, 512); ``dropout`` before the head is 0 (the paper
 states none). The many batch-norm layers make the model train on the per-client loop only (see
 :mod:`flplat.engine.vectorized`); their running statistics travel in the flat model vector
-(:mod:`flplat.engine.state`).
+(:mod:`flplat.protocol.state`).
 """
 
 from __future__ import annotations

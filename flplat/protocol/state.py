@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from flplat.deprecation import deprecated
+
 
 class ParamLayout:
     """Maps a module's float state to and from one flat vector.
@@ -163,14 +165,19 @@ class ClientStore:
             self._row(int(k)).copy_(row)
 
 
-@dataclass
+@dataclass(init=False)
 class ServerState:
     """Everything the server carries between rounds; strategies read and return it.
 
     ``weights``: the global model (None when there is none); ``clusters``: one model per cluster as a
     ``(tau, P)`` tensor with ``assignment[k]`` = cluster of client k (-1: not assigned yet); ``personal``:
-    per-client models or other per-client vectors; ``opt``: server-optimizer state; ``extra``: anything else
-    a strategy needs (kept small and tensor/ndarray-valued so checkpoints stay generic).
+    per-client models or other per-client vectors; ``opt``: server-optimizer state; ``method``: the method's own
+    state, an instance of a dataclass the strategy defines (e.g. Flux's descriptors and centroids, HACCS's groups,
+    latencies and losses), set in ``init_state`` and read and updated in the later calls; None for a method without
+    one. It is checkpointed with the rest of the state (pickled: keep it to arrays, tensors and plain values).
+
+    ``extra`` (a dict of string keys) is deprecated (since flplat 0.2.0, removed in 0.3.0): reading or setting it,
+    or passing ``ServerState(extra=...)``, warns; a method's state goes in ``method``.
     """
 
     round: int = 0
@@ -179,4 +186,39 @@ class ServerState:
     assignment: np.ndarray | None = None
     personal: ClientStore | None = None
     opt: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    method: Any = None
+
+    def __init__(self, round: int = 0, weights: torch.Tensor | None = None, clusters: torch.Tensor | None = None,
+                 assignment: np.ndarray | None = None, personal: ClientStore | None = None,
+                 opt: dict[str, Any] | None = None, method: Any = None, extra: dict[str, Any] | None = None):
+        self.round, self.weights, self.clusters, self.assignment = round, weights, clusters, assignment
+        self.personal, self.opt, self.method = personal, {} if opt is None else opt, method
+        self._extra: dict[str, Any] = {}
+        if extra is not None:
+            _extra_deprecated(3)
+            self._extra = dict(extra)
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Deprecated: a method's state goes in ``method``."""
+        _extra_deprecated(3)
+        return self._extra
+
+    @extra.setter
+    def extra(self, value: dict[str, Any]) -> None:
+        _extra_deprecated(3)
+        self._extra = dict(value)
+
+    def __setstate__(self, d: dict[str, Any]) -> None:
+        """A pickle of an older ServerState (``extra`` a field, no ``method``) loads into this one."""
+        d = dict(d)
+        if "extra" in d:
+            d["_extra"] = d.pop("extra")
+        d.setdefault("_extra", {})
+        d.setdefault("method", None)
+        self.__dict__.update(d)
+
+
+def _extra_deprecated(stacklevel: int) -> None:
+    deprecated("ServerState.extra", "ServerState.method (an instance of a dataclass the strategy defines)",
+               stacklevel=stacklevel)

@@ -5,7 +5,7 @@ same properties, each checked by one function here on a tiny synthetic federatio
 samples, 6 clients, an MLP, 3 rounds of 2 local epochs; well under a second per round) and returning a
 :class:`Result`:
 
-* ``registry`` -- the class is a :class:`~flplat.algorithms.base.Strategy` registered under its ``name``, with a
+* ``registry`` -- the class is a :class:`~flplat.api.Strategy` registered under its ``name``, with a
   docstring (its paper), and its ``Config`` dataclass survives the round trip through OmegaConf;
 * ``smoke`` -- a run finishes every round with finite metrics, accuracies in [0, 1], every client evaluated, and the
   training loss lower after the last round than after the first;

@@ -49,7 +49,7 @@ def evaluate_run(run_id: str, which: str = "global", index: int | None = None, o
     from flplat.metrics.multilabel import macro_auroc, summarize_auroc
     from flplat.protocol.seeding import derive_seed
     from flplat.tracking.models import build_saved, download, load_weights
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     uri, _ = store_uris(tracking_uri, store_dir)
     client = MlflowClient(tracking_uri=uri)

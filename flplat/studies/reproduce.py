@@ -12,7 +12,12 @@ are data, ``configs/papers/<paper>.yaml`` (see :func:`load_paper_values`). A tab
   test-phase tables) share runs. ``--add-method "NAME=key=value,..."`` adds a user's method (any registered
   algorithm, plugins included, with its overrides; see :func:`parse_added_method`) as a row of every train table,
   run at the same scale and seeds and cached the same way; it has no paper value, and its verdict says where it
-  stands against the table's reference. ``--jobs N`` runs cells in N worker processes with one thread each.
+  stands against the table's reference. ``--jobs N`` runs cells in N worker processes with one thread each. A
+  *pooled cell* (``Cell.members``: a paper's mean over shift types or levels, e.g. Flux's Tables 8, 51 and 63) is
+  one run per member, method and seed, its value over all of them; with ``Cell.per_seed`` its value for a seed is
+  the mean of its members' values (none, with the first missing member's reason, while a member has none), the std
+  then over the seeds. Its members are the runs of the per-member cells of other tables when their configs resolve
+  the same. A cell's metric ``NAME@sum`` is the sum of NAME over the run's rounds (a run's time).
 * ``analysis``: no training (CBCC's IID detection, PQFed's EMD curve); a function of (cell, seed) that returns
   one number per row ("method"), logged on the parent run.
 * ``derived``: no runs of its own; each cell is, per seed and method, the mean of other tables' cells (``parts``:
@@ -161,39 +166,14 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
         chosen = [with_added(t, extra) if t.kind == "train" else t for t in chosen]
         if methods:
             methods = [*methods, *(m.name for m in extra if m.name not in methods)]
-    if backend is None and n_jobs > default_jobs():
-        raise ConfigError(f"--jobs={n_jobs} is more than the {default_jobs()} cores here; allowed: 1..{default_jobs()}")
-    if n_jobs < 1:
-        raise ConfigError(f"--jobs={n_jobs}; allowed: 1..{default_jobs()}")
-    if baseline_seeds is not None and baseline_seeds < 1:
-        raise ConfigError(f"--baseline-seeds={baseline_seeds}; allowed: an integer >= 1")
-    if results and not Path(results).resolve().parent.is_dir():
-        raise ConfigError(f"--results={results}: its directory does not exist; allowed: a file in an existing "
-                          "directory")
-    if rerun_stale and render_only:
-        raise ConfigError("--rerun-stale trains, --render-only trains nothing; allowed: one of them")
+    _check_options(backend, n_jobs, baseline_seeds, results, rerun_stale, render_only)
     values = load_paper_values(paper)
     experiment = f"reproduce-{paper}"
     # validate every table's grid before any run exists
-    plans = {}
     sel = per_table(chosen, methods, cells)
     chosen = [t for t in chosen if t.id in sel]
-    for t in chosen:
-        sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
-        t_methods, t_cells = sel[t.id]
-        if t.kind in ("train", "derived"):
-            planner = plan if t.kind == "train" else derived_plan
-            plans[t.id] = (sd, planner(paper, t, scale, sd, t_methods, t_cells, overrides, experiment, store_dir,
-                                       baseline_seeds), t_methods, t_cells)
-            if extra and t.kind == "derived":
-                print(f"{t.id}: a derived table (means of other tables' cells): the added methods are not in it",
-                      file=sys.stderr)
-        else:
-            select(t.cells, t_cells, "cells", "id")
-            select(t.methods, [m for m in t_methods or [] if m not in {e.name for e in extra}], "methods", "name")
-            if extra:
-                print(f"{t.id}: an analysis table (no training): the added methods are not in it", file=sys.stderr)
-            plans[t.id] = (sd, None, t_methods, t_cells)
+    plans = {t.id: _plan_table(paper, t, scale, seeds, sel[t.id], overrides, experiment, store_dir, baseline_seeds,
+                               extra) for t in chosen}
     if records:  # the chosen tables' own records first (and a derived table's parts'): they win disagreements
         own = [*(t.id for t in chosen), *(p.id for t in chosen if t.kind == "derived"
                                           for comps in t.parts_at(scale).values() for p, _ in comps)]
@@ -214,6 +194,41 @@ def reproduce(paper: str, tables: Sequence[str] = (), scale: str = "reduced", se
     if refused:
         raise RowsRefused(text, refused)
     return text
+
+
+def _check_options(backend, n_jobs: int, baseline_seeds: int | None, results: str | None, rerun_stale: bool,
+                   render_only: bool) -> None:
+    """One-line errors for :func:`reproduce`'s options, before anything is planned."""
+    if backend is None and n_jobs > default_jobs():
+        raise ConfigError(f"--jobs={n_jobs} is more than the {default_jobs()} cores here; allowed: 1..{default_jobs()}")
+    if n_jobs < 1:
+        raise ConfigError(f"--jobs={n_jobs}; allowed: 1..{default_jobs()}")
+    if baseline_seeds is not None and baseline_seeds < 1:
+        raise ConfigError(f"--baseline-seeds={baseline_seeds}; allowed: an integer >= 1")
+    if results and not Path(results).resolve().parent.is_dir():
+        raise ConfigError(f"--results={results}: its directory does not exist; allowed: a file in an existing "
+                          "directory")
+    if rerun_stale and render_only:
+        raise ConfigError("--rerun-stale trains, --render-only trains nothing; allowed: one of them")
+
+
+def _plan_table(paper: str, t: Table, scale: str, seeds: Sequence[int] | None, selected: tuple, overrides,
+                experiment: str, store_dir: str, baseline_seeds: int | None, extra: list) -> tuple:
+    """``(seeds, jobs or None, methods, cells)`` of one chosen table, its grid validated before any run exists."""
+    sd = list(seeds) if seeds else ([0] if scale == "smoke" else t.seeds)
+    t_methods, t_cells = selected
+    if t.kind in ("train", "derived"):
+        planner = plan if t.kind == "train" else derived_plan
+        jobs = planner(paper, t, scale, sd, t_methods, t_cells, overrides, experiment, store_dir, baseline_seeds)
+        if extra and t.kind == "derived":
+            print(f"{t.id}: a derived table (means of other tables' cells): the added methods are not in it",
+                  file=sys.stderr)
+        return (sd, jobs, t_methods, t_cells)
+    select(t.cells, t_cells, "cells", "id")
+    select(t.methods, [m for m in t_methods or [] if m not in {e.name for e in extra}], "methods", "name")
+    if extra:
+        print(f"{t.id}: an analysis table (no training): the added methods are not in it", file=sys.stderr)
+    return (sd, None, t_methods, t_cells)
 
 
 @dataclass

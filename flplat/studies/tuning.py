@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from flplat.config_io import flatten
+from flplat.engine.failures import Diverged
 from flplat.errors import ConfigError, first_line
 from flplat.experiment import check_tracking, load_config
 from flplat.studies.study_plots import log_study_plots
@@ -223,7 +224,11 @@ class _Objective:
         if self.parent:
             over.append(f"tracking.parent_run_id={self.parent}")
         trial.set_user_attr(CODE_TAG, code)  # the code that makes its value (flplat.tracking.provenance)
-        summary, run_id = run_or_resume(load_config(self.config, over), progress=self.progress)  # continues one
+        try:
+            summary, run_id = run_or_resume(load_config(self.config, over), progress=self.progress)  # continues one
+        except Diverged as e:  # a result of the point (the grid goes on, nothing to retry): pruned, never the best
+            trial.set_user_attr("diverged", first_line(e))
+            raise optuna.TrialPruned(f"diverged: {first_line(e)}") from None
         if run_id:  # interrupted before
             trial.set_user_attr("mlflow_run_id", run_id)
         return summary.metrics[self.objective_key]
@@ -379,7 +384,8 @@ def _tune_result(study, name: str, code: str, objective_key: str) -> dict[str, A
     stale = stale_trials(study, code)
     return {"study": name, "trials": len(study.trials), "best_params": best.params if best else None,
             "best_value": best.value if best else None, "objective": objective_key, "stale_trials": len(stale),
-            "best_from_other_code": best is not None and best.number in {t.number for t in stale}}
+            "best_from_other_code": best is not None and best.number in {t.number for t in stale},
+            "diverged": [t.params for t in study.trials if "diverged" in t.user_attrs]}
 
 
 def _stale_note(study, code: str, rerun_stale: bool) -> int:
@@ -417,7 +423,7 @@ def _ending(finish):
 
 
 def _client(cfg):
-    from flplat.tracking.runs import open_client, store_uris
+    from flplat.tracking.store import open_client, store_uris
 
     uri, artifacts = store_uris(cfg.tracking.uri, cfg.tracking.store_dir, cfg.tracking.artifact_root)
     client = open_client(uri)
@@ -436,7 +442,7 @@ def _parent_run(cfg, name: str, kind: str, description: str = "", identity: str 
     study (tag ``flplat.study_key``: its hash): the same command run again after an interruption re-opens the
     interrupted parent (KILLED, FAILED, or RUNNING without heartbeat) instead of creating one, so its finished
     runs are kept and its interrupted ones resumed (:func:`flplat.experiment.run_or_resume`)."""
-    from flplat.tracking.runs import STUDY_KEY_TAG, reopen_parent
+    from flplat.tracking.resume import STUDY_KEY_TAG, reopen_parent
 
     client, exp_id = _client(cfg)
     key = study_key(identity) if identity else None
@@ -592,7 +598,7 @@ def _finished_child(base, parent: str, cfg) -> tuple[str, dict[str, float], dict
     """(run id, last round's metrics as logged, tags) of the newest FINISHED run of ``cfg`` under ``parent``, or
     None."""
     from flplat.config_io import config_key
-    from flplat.tracking.runs import CONFIG_KEY_TAG, runs_by_key
+    from flplat.tracking.resume import CONFIG_KEY_TAG, runs_by_key
 
     client, exp_id = _client(base)
     done = [r for r in runs_by_key(client, exp_id, CONFIG_KEY_TAG, config_key(cfg), parent)

@@ -1,7 +1,8 @@
 """What a run leaves behind and how it is read back.
 
 * ``runs`` -- the orchestrator callback that logs one experiment (params, one metric batch per round, artifacts,
-  the final status); re-exports the public names of ``store``, ``heartbeat`` and ``resume``.
+  the final status). The public names of ``store``, ``heartbeat`` and ``resume`` were once read from here: that
+  old path warns until flplat 0.3.0.
 * ``store`` -- where the MLflow store and the checkpoints are (``tracking.uri`` / ``store_dir``), opening it.
 * ``heartbeat`` -- a run's heartbeat tag and the one rule that says when a RUNNING run is stale.
 * ``resume`` -- studies find their earlier runs by key and continue, replace or leave alone the unfinished ones.

@@ -19,7 +19,10 @@ import sys
 import time
 from typing import Any
 
-from flplat.tracking.provenance import code_identity, git_commit  # noqa: F401  (git_commit: re-exported)
+from flplat.deprecation import moved
+from flplat.tracking.provenance import code_identity
+
+__getattr__ = moved(__name__, {"git_commit": "flplat.tracking.provenance"})  # its old path, warns until 0.3.0
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING_KIND = "custom_model_development"

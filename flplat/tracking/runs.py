@@ -21,8 +21,8 @@ RUNNING but its heartbeat tag stops (:mod:`flplat.tracking.heartbeat`: ``flplat 
 store); studies continue or replace their own unfinished runs (:mod:`flplat.tracking.resume`).
 
 This module is the callback; the store, the heartbeat and the resume of unfinished runs live in
-:mod:`flplat.tracking.store`, :mod:`flplat.tracking.heartbeat` and :mod:`flplat.tracking.resume`, whose public
-names are re-exported here (``from flplat.tracking.runs import store_uris`` keeps working).
+:mod:`flplat.tracking.store`, :mod:`flplat.tracking.heartbeat` and :mod:`flplat.tracking.resume` (import their names
+from there: reading one of them from this module, their old path, warns until flplat 0.3.0).
 """
 
 from __future__ import annotations
@@ -34,39 +34,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from flplat.deprecation import moved
 from flplat.engine.events import Callback, RoundEnd, RunEnd, RunStart
-from flplat.tracking.heartbeat import (  # noqa: F401  (re-exported)
-    HEARTBEAT_INTERVAL_TAG,
-    HEARTBEAT_TAG,
-    STALE_AFTER_TAG,
-    Heartbeat,
-    config_stale_after_s,
-    heartbeat_age,
-    is_stale,
-    stale_after,
-    stale_after_s,
-    stale_runs,
-)
+from flplat.tracking.heartbeat import Heartbeat, config_stale_after_s
 from flplat.tracking.meta import ResourceMeter, ensure_experiment, run_name, run_tags
-from flplat.tracking.resume import (  # noqa: F401  (re-exported)
-    CONFIG_KEY_TAG,
-    OWNER_TAG,
-    REPLACES_TAG,
-    STUDY_KEY_TAG,
-    SUPERSEDED_TAG,
-    alive_note,
-    claim_unfinished,
-    interrupted,
-    reopen_parent,
-    runs_by_key,
-)
-from flplat.tracking.store import (  # noqa: F401  (re-exported)
-    SQLITE_NAME,
-    checkpoint_dir,
-    checkpoint_path,
-    open_client,
-    store_uris,
-)
+from flplat.tracking.resume import OWNER_TAG
+from flplat.tracking.store import open_client, store_uris
+
+# the names that moved to the store, heartbeat and resume modules: their old path warns until flplat 0.3.0
+__getattr__ = moved(__name__, {
+    **{n: "flplat.tracking.heartbeat" for n in ("HEARTBEAT_INTERVAL_TAG", "HEARTBEAT_TAG", "STALE_AFTER_TAG",
+                                                "heartbeat_age", "is_stale", "stale_after", "stale_after_s",
+                                                "stale_runs")},
+    **{n: "flplat.tracking.resume" for n in ("CONFIG_KEY_TAG", "REPLACES_TAG", "STUDY_KEY_TAG", "SUPERSEDED_TAG",
+                                             "alive_note", "claim_unfinished", "interrupted", "reopen_parent",
+                                             "runs_by_key")},
+    **{n: "flplat.tracking.store" for n in ("SQLITE_NAME", "checkpoint_dir", "checkpoint_path")}})
 
 UNUSED_PREFIX = ("algorithm_unused.", "data_unused.", "partition_unused.")  # keys carried, not used (config.py)
 

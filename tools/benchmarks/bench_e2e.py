@@ -50,6 +50,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = {"flplat1": ("ref1", 1.15), "flplat2": ("ref2", 1.15), "flplatvec": ("ref1", None)}
 NORM = {"fmnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
@@ -76,24 +79,7 @@ SIDE_OVERRIDES = {"flplat1": [], "flplat2": ["fabric.devices=2", "fabric.num_thr
 
 def write_plan(args, path: Path) -> None:
     """The platform's partition and sampled clients, for the hand-written script (untimed)."""
-    import numpy as np
-
-    sys.path.insert(0, str(ROOT))
-    from flplat.algorithms.base import sample_uniform
-    from flplat.data.datasets import load_dataset
-    from flplat.data.partitions import build_federation
-    from flplat.engine.state import derive_seed
-    from flplat.experiment import load_config
-
-    cfg = load_config(None, flplat_overrides(args))
-    d = build_federation(load_dataset(cfg.data, derive_seed(args.seed, "data")), cfg.partition,
-                         derive_seed(args.seed, "partition"))
-    rng = np.random.default_rng(derive_seed(args.seed, "server"))
-    sel = np.stack([sample_uniform(d.num_clients, args.fraction, rng) for _ in range(args.rounds)])
-    arrays = {"selected": sel}
-    for k, c in enumerate(d.clients):
-        arrays[f"train{k}"], arrays[f"test{k}"] = c.train, c.test
-    np.savez(path, **arrays)
+    benchlib.write_plan(flplat_overrides(args), args.seed, args.fraction, args.rounds, path, ROOT)
 
 
 # --------------------------------------------------------------------------------------- hand-written script
@@ -209,17 +195,7 @@ def run_side(side: str, args, argv: list[str], tmp: Path) -> dict:
 
 
 def _popen_wait4():
-    """``subprocess.Popen.communicate`` reaps the child with ``waitpid``; use ``wait4`` instead to get its rusage."""
-    orig = subprocess.Popen._try_wait
-
-    def _try_wait(self, wait_flags):
-        pid, sts, ru = os.wait4(self.pid, wait_flags)
-        if pid == self.pid:
-            self.rusage = ru
-        return pid, sts
-
-    subprocess.Popen._try_wait = _try_wait
-    return orig
+    return benchlib.popen_wait4()
 
 
 def main(argv=None) -> int:

@@ -107,9 +107,9 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
 
+    from flplat.api import derive_seed
     from flplat.engine.orchestrator import Orchestrator
     from flplat.engine.sharding import make_executor
-    from flplat.engine.state import derive_seed
     from flplat.experiment import load_config, prepare
 
     torch.set_num_threads(args.threads)
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
             p = prepare(cfg)
             ex = make_executor(p.trainer, p.data, 0)
             orch = Orchestrator(p.strategy, ex, p.data, 1, 1, 0, [])
-            from flplat.engine.state import ServerState
+            from flplat.api import ServerState
 
             g = torch.Generator().manual_seed(1)
             if method == "ifca":  # a trained-looking state without training: perturbed cluster models, random clusters

@@ -51,9 +51,9 @@ NVML_BEFORE = os.environ.get(NVML_VAR)
 import reference_fedavg as ref  # noqa: E402
 from benchlib import fedavg_overrides  # noqa: E402
 
-from flplat.algorithms.base import sample_uniform  # noqa: E402
-from flplat.engine.orchestrator import LocalExecutor, Orchestrator  # noqa: E402
-from flplat.engine.state import derive_seed  # noqa: E402
+from flplat.api import derive_seed, sample_uniform  # noqa: E402
+from flplat.engine.executor import LocalExecutor  # noqa: E402
+from flplat.engine.orchestrator import Orchestrator  # noqa: E402
 from flplat.experiment import (  # noqa: E402
     Prepared,
     load_config,  # noqa: E402

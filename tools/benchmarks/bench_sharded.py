@@ -93,10 +93,9 @@ def _reference_rank(rank: int, world: int, port: int, args, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from flplat.algorithms.base import sample_uniform
+    from flplat.api import derive_seed, sample_uniform
     from flplat.data.datasets import load_dataset
     from flplat.data.partitions import build_federation
-    from flplat.engine.state import derive_seed
     from flplat.experiment import load_config
     from flplat.models import build_model
 

@@ -1,7 +1,7 @@
 """Measure the memory of per-client personalised state at scale (issue 3: 10,000 clients' state of the FMNIST CNN).
 
 Runs one experiment in this process with an algorithm that keeps a personal model per client in a
-:class:`flplat.engine.state.ClientStore` (``local`` by default: every client keeps its own model), and samples
+:class:`flplat.api.ClientStore` (``local`` by default: every client keeps its own model), and samples
 ``/proc/self/status`` every 0.1 s: anonymous resident memory (``RssAnon``: the process's own heap: data,
 model, optimizer, the store when it is in RAM) and file-backed resident memory (``RssFile``: pages of the
 memory-mapped store file, which the kernel can drop at any time) and the peak of both (``VmHWM``). Also reports

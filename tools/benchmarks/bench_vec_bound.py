@@ -55,10 +55,9 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 import flplat.engine.vectorized as vectorized  # noqa: E402
-from flplat.algorithms.base import ClientPlan, sample_uniform  # noqa: E402
+from flplat.api import ClientPlan, derive_seed, sample_uniform  # noqa: E402
 from flplat.configure import load_config  # noqa: E402
-from flplat.engine.orchestrator import LocalExecutor  # noqa: E402
-from flplat.engine.state import derive_seed  # noqa: E402
+from flplat.engine.executor import LocalExecutor  # noqa: E402
 from flplat.experiment import prepare  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

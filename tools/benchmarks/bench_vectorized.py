@@ -40,7 +40,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from flplat.engine.orchestrator import LocalExecutor, Orchestrator  # noqa: E402
+from flplat.engine.executor import LocalExecutor  # noqa: E402
+from flplat.engine.orchestrator import Orchestrator  # noqa: E402
 from flplat.experiment import (  # noqa: E402
     Prepared,
     load_config,  # noqa: E402

@@ -18,3 +18,46 @@ def fedavg_overrides(args, threads: int, **extra) -> list[str]:
     }
     over.update(extra)
     return [f"{k}={v}" for k, v in over.items()]
+
+
+def write_plan(overrides: list[str], seed: int, fraction: float, rounds: int, path, root) -> None:
+    """The platform's partition (each client's train / test indices) and its sampled clients per round, saved to
+    ``path`` (npz: ``selected``, ``train<k>``, ``test<k>``) for a script that must not import flplat (untimed).
+    ``root``: the checkout, put on ``sys.path``."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(root))
+    from flplat.api import derive_seed, sample_uniform
+    from flplat.data.datasets import load_dataset
+    from flplat.data.partitions import build_federation
+    from flplat.experiment import load_config
+
+    cfg = load_config(None, overrides)
+    d = build_federation(load_dataset(cfg.data, derive_seed(seed, "data")), cfg.partition,
+                         derive_seed(seed, "partition"))
+    rng = np.random.default_rng(derive_seed(seed, "server"))
+    sel = np.stack([sample_uniform(d.num_clients, fraction, rng) for _ in range(rounds)])
+    arrays = {"selected": sel}
+    for k, c in enumerate(d.clients):
+        arrays[f"train{k}"], arrays[f"test{k}"] = c.train, c.test
+    np.savez(path, **arrays)
+
+
+def popen_wait4():
+    """Make ``subprocess.Popen`` reap its children with ``wait4`` (it uses ``waitpid``), keeping their rusage (the
+    CPU time) in ``Popen.rusage``; returns the method it replaced."""
+    import os
+    import subprocess
+
+    orig = subprocess.Popen._try_wait
+
+    def _try_wait(self, wait_flags):
+        pid, sts, ru = os.wait4(self.pid, wait_flags)
+        if pid == self.pid:
+            self.rusage = ru
+        return pid, sts
+
+    subprocess.Popen._try_wait = _try_wait
+    return orig

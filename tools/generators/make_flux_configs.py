@@ -1,6 +1,7 @@
 """Write the ready configs for Flux's Table 1 MNIST / FMNIST / CIFAR-10 / CIFAR-100 columns (App. F.1: 4 shift types
 x 8 levels), the
-1,200-client scalability setting (App. F.2, Table 50, with the local data duplicated: ``partition.train_copies``) and
+1,200-client scalability setting (App. F.2, Table 50, with the local data duplicated: ``partition.train_copies``), the
+K-client setting of App. F.2 / Fig. 5 (configs/flux/clients.yaml, K = 5; the sweeps override K and the copies) and
 the real-world sets (App. B.1, F.4 / Table 59): configs/flux/chexpert_{low,medium,high}.yaml and
 configs/flux/officehome.yaml (``partition.name=metadata``: the planted distributions are level combinations of the
 loaders' metadata columns), App. F.3's mixed shifts (Tables 56-58: configs/flux/mixed/, ``partition.name=mixed_shift``,
@@ -123,6 +124,38 @@ federation:
     momentum: 0.9
 tracking:
   experiment: flux-scalability
+{defaults}"""
+
+# App. F.2 / Fig. 5, Tables 51-55 (and the protocol of F.5 / Table 60 and F.6): K training clients, full
+# participation, the local train data repeated as clients grow; the sweeps of flplat reproduce flux set K, the copies
+# and the shift through overrides on this one file (flplat/studies/papers/flux_sweeps.py)
+CLIENTS = """# Flux (seed 003) App. F.2 / Fig. 5, Tables 51-55: K clients on MNIST, full participation, known
+# association and test phase. This file is K = 5 with P(X) at F.2's level; the sweeps set the rest by overrides:
+# partition.num_clients = K, partition.train_copies = 1 / 2 / 4 / 8 at K = 5 / 25 / 50 / 100 (F.2: "For 5 clients, no
+# duplication [...] For 100 clients [...] x 8"), and F.2's level per shift: P(X) rotations {{0, 90, 180, 270}} =
+# level 3, P(Y) 4 classes = level 7, P(Y|X) swap pool 5 = level 5, P(X|Y) rotations on 6 classes = level 6.
+# Choices F.2 leaves open: as many unseen test clients as training clients (Table 1's ready configs: 10 and 10), the
+# pool dealt evenly to all of them, a 60/20/20 train/validation/test split per training client.
+# Run:  flplat run configs/flux/clients.yaml algorithm.name=flux partition.num_clients=25 \\
+#           partition.num_unseen_clients=25 partition.train_copies=2
+seed: 0
+data:
+  name: mnist
+partition:
+  name: shift
+  type: feature
+  level: 3
+  num_clients: 5
+  num_unseen_clients: 5
+  samples_per_client: 0
+  train_copies: 1
+  train_fraction: 0.6
+  val_fraction: 0.2
+  test_fraction: 0.2
+model:
+  name: lenet5
+""" + FLUX_RUN + """tracking:
+  experiment: flux-clients
 {defaults}"""
 
 
@@ -281,6 +314,7 @@ def main() -> None:
                 path.write_text(TEMPLATE.format(dataset=dataset, shift=shift, level=level, path=rel, model=model,
                                                 mname=mname, rounds=rounds, defaults=defaults(scaling)))
     (root / "scalability_1200.yaml").write_text(SCALE.format(defaults=defaults(1.0)))
+    (root / "clients.yaml").write_text(CLIENTS.format(rounds=10, defaults=defaults(1.0)))
     real_world(root)
     mixed_and_drift(root)
 

@@ -160,8 +160,8 @@ def main(argv=None) -> int:
     ap.add_argument("--s-values", default="1,0.5,0", help="Similarity S values ('' for none)")
     args = ap.parse_args(argv)
     split = fedartml_splitter()
+    from flplat.api import derive_seed
     from flplat.data.datasets import load_dataset
-    from flplat.engine.state import derive_seed
     from flplat.experiment import load_config
 
     ds = load_dataset(load_config(None, [f"data.name={args.dataset}"]).data, derive_seed(0, "data"))

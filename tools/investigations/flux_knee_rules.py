@@ -52,7 +52,7 @@ def capture(path: str, overrides: list[str], seed: int) -> dict[str, np.ndarray]
     original = fx.Flux._cluster
 
     def grab(self, state, d, clients):
-        mins, maxs = state.extra["scaler"]
+        mins, maxs = state.method.scaler
         out.update(d=d, n=self.info.num_samples[clients], mins=mins, maxs=maxs, true=true[clients],
                    num_classes=np.array(self.info.num_classes), l=np.array(self.cfg.pca_components),
                    round=np.array(state.round))

@@ -91,7 +91,7 @@ def experiment_url(base: str, exp_id: str) -> str:
 def experiment_id(store_dir: str, name: str) -> str:
     from mlflow.tracking import MlflowClient
 
-    from flplat.tracking.runs import store_uris
+    from flplat.tracking.store import store_uris
 
     exp = MlflowClient(tracking_uri=store_uris(None, store_dir)[0]).get_experiment_by_name(name)
     if exp is None:

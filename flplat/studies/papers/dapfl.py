@@ -8,6 +8,10 @@ and CIFAR-10), Table IV (Many / Medium / Few class accuracy; the paper's is CIFA
 Table VI (rounds to 40% / 50%: CIFAR-10 as the paper, digits and FMNIST for its FEMNIST columns), and the accuracy
 curves of Fig. 4 as a PNG per table.
 
+Models as §IV-D: CIFAR-10 and CIFAR-100 the two FedRep CNNs it follows (``dapfl_cnn10``, ``dapfl_cnn100``: 2 conv + 3
+fully connected layers, sizes from FedRep's code, :mod:`flplat.models.cnn`), FEMNIST the two-hidden-layer MLP. The
+stand-ins keep stand-in models, said in each header: digits the same MLP, FMNIST LeNet-5.
+
 Methods as §IV-D: SGD lr 0.01 (CIFAR-100: 0.001), batch 10, the same regularisation coefficient for every regularisation
 method (λ = μ = 1), FedRep's head / body epochs 10 / 1 (its paper), the clustering methods' k = 3 for 20 clients and 7
 for 100 (§IV-D). The ready configs (configs/dapfl/) are the paper's protocol at CPU size (digits: 100 rounds; FMNIST: a
@@ -68,7 +72,10 @@ ABLATIONS = [Method("DA-PFL-V1", ["algorithm.name=dapfl", "algorithm.lam=1.0", "
 SCALES = {"smoke": [*SMOKE, "partition.min_samples=2"], "reduced": []}
 NOTES = {"smoke": "CI size: 600 training samples, 2 rounds of 1 epoch, the MLP",
          "reduced": "the ready configs as they are: digits (1,797 images, MLP, 100 rounds) or FMNIST (6,000-image "
-                    "pool, LeNet-5, 60 rounds) in place of the paper's datasets; CIFAR-10 full (the paper's rounds)"}
+                    "pool, LeNet-5, 60 rounds) in place of the paper's datasets and models; CIFAR-10 full with the "
+                    "paper's CNN (FedRep's CIFAR-10 CNN, dapfl_cnn10) and rounds",
+         "paper": "the ready configs as they are: CIFAR-10 with the paper's CNN (FedRep's CIFAR-10 CNN, dapfl_cnn10); "
+                  "digits (MLP) and FMNIST (LeNet-5) in place of the paper's datasets and models"}
 
 
 def _curves(ctx):
@@ -89,21 +96,25 @@ PAPER_COMMON = {**COMMON, "notes": PAPER_NOTES}
 TABLES = [
     Table("table1", "DA-PFL Table I: mean personalised accuracy (%), CIFAR-10", _cells("cifar10"), METHODS, **COMMON),
     Table("table3_digits", "DA-PFL Table III (FEMNIST) on digits: mean personalised accuracy (%)", _cells("digits"),
-          METHODS, substitute="digits (scikit-learn, 8x8) in place of FEMNIST", **COMMON),
+          METHODS, substitute="digits (scikit-learn, 8x8; the same two-hidden-layer MLP) in place of FEMNIST",
+          **COMMON),
     Table("table3_fmnist", "DA-PFL Table III (FEMNIST) on FMNIST: mean personalised accuracy (%)", _cells("fmnist"),
-          METHODS, substitute="Fashion-MNIST (6,000-image pool) in place of FEMNIST", **COMMON),
+          METHODS, substitute="Fashion-MNIST (6,000-image pool) with LeNet-5 in place of FEMNIST with the "
+          "two-hidden-layer MLP",
+          **COMMON),
     Table("table5", "DA-PFL Table V: ablations, 20 clients, α = 1.0 (CIFAR-10 as the paper; digits in its place)",
           [_cells("cifar10")[0], Cell("digits_k20_low", "configs/dapfl/digits_k20_a1.0.yaml",
-                                      substitute="digits in place of CIFAR-10")],
+                                      substitute="digits with the MLP in place of CIFAR-10 with its CNN")],
           ABLATIONS, reference="DA-PFL-V1", **COMMON),
     Table("table4", "DA-PFL Table IV: Many / Medium / Few class accuracy (%), 20 clients, high imbalance (the paper: "
           "CIFAR-100; digits and FMNIST in its place)",
-          _by_metric("digits", FMM, "digits in place of CIFAR-100") +
-          _by_metric("fmnist", FMM, "FMNIST in place of CIFAR-100"), METHODS, **COMMON),
+          _by_metric("digits", FMM, "digits with the MLP in place of CIFAR-100 with its CNN") +
+          _by_metric("fmnist", FMM, "FMNIST with LeNet-5 in place of CIFAR-100 with its CNN"), METHODS, **COMMON),
     Table("table6", "DA-PFL Table VI: rounds to reach 40% / 50% mean personalised accuracy, 20 clients, high imbalance "
           "(lower is better; not reached: no value)",
-          _by_metric("cifar10", ROUNDS, None) + _by_metric("digits", ROUNDS, "digits in place of FEMNIST") +
-          _by_metric("fmnist", ROUNDS, "FMNIST in place of FEMNIST"),
+          _by_metric("cifar10", ROUNDS, None) +
+          _by_metric("digits", ROUNDS, "digits in place of FEMNIST (the same MLP)") +
+          _by_metric("fmnist", ROUNDS, "FMNIST with LeNet-5 in place of FEMNIST with the MLP"),
           [m for m in METHODS if m.name in ("FedAvg", "FedProx", "Ditto", "CReFF", "FedPFA", "FedAMP", "DA-PFL")],
           higher_is_better=False, **{**COMMON, "scale_factor": 1.0, "tie": 0.5}),
     Table("table2", "DA-PFL Table II: mean personalised accuracy (%), CIFAR-100 (the first 20 classes)",

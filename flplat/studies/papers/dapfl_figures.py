@@ -148,7 +148,7 @@ def toy_groups(seed: int, scale: str) -> dict[str, dict[str, float]]:
 
     from flplat.algorithms.dapfl import DAPFL
     from flplat.algorithms.fedamp import FedAMP, attention_weights
-    from flplat.maths.aggregation import weighted_mean
+    from flplat.api import weighted_mean
     from flplat.maths.dapfl_affinity import affinity_matrix, dynamic_weights, pairwise_distances
     from flplat.models import build_model
     from flplat.protocol.seeding import derive_seed

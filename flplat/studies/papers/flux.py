@@ -35,8 +35,13 @@ at this size where the full descriptor does not; docs/flux_clustering.md).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
+from flplat.algorithms.pfedme import PFedMe
 from flplat.studies.papers import SMOKE
-from flplat.studies.reproduce import Cell, Method, Table, plot_cells, plot_series
+from flplat.studies.reproduce import REPO, Cell, Method, Table, plot_cells, plot_series
 
 SHIFTS = ("feature", "label", "concept_yx", "concept_xy")
 LEVELS = tuple(range(1, 9))  # App. F.1 / Table 9: eight non-IID levels per shift
@@ -44,10 +49,34 @@ CELLS = [Cell(f"{s}_l{lv}", f"configs/flux/table1/mnist_{s}_l{lv}.yaml") for s i
 # "Flux" is the paper's method (the knee of App. D.2 alone, the algorithm's default); "Flux + noise guard" adds our
 # noise guard (algorithm.knee_guard=noise, not in the paper; docs/flux_clustering.md), its own row
 GUARDED = "Flux + noise guard"
+# pFedMe: Flux states no settings. "pFedMe" runs with the λ, η, η_p that `flplat tune` chose on the validation split
+# under Flux's protocol (grid configs/search_spaces/flux_pfedme.yaml), read from PFEDME_TUNED, the config of the chosen
+# point (its header: the command and every grid point's value); "pFedMe (its paper's settings)" with pFedMe's own MNIST
+# λ, η, η_p (the algorithm's defaults, set explicitly: the same config, so the same hash, as the earlier pFedMe runs)
+PFEDME_PAPER = "pFedMe (its paper's settings)"
+PFEDME_TUNED = "configs/flux/pfedme_tuned.yaml"
+PFEDME_TUNED_KEYS = ("lam", "lr", "personal_lr")  # the keys of the grid
+
+
+def pfedme_paper_overrides() -> list[str]:
+    """pFedMe's own paper's settings (Dinh et al. 2020, MNIST: λ 15, η 0.005, η_p 0.1; the Config's defaults) as
+    explicit overrides of the keys the grid tunes."""
+    paper = PFedMe.Config()
+    return ["algorithm.name=pfedme", *(f"algorithm.{k}={getattr(paper, k)}" for k in PFEDME_TUNED_KEYS)]
+
+
+def pfedme_tuned_overrides(path: str | Path = REPO / PFEDME_TUNED) -> list[str]:
+    """The tuned λ, η, η_p as overrides, read from the ``algorithm`` section of the chosen point's config."""
+    algorithm = yaml.safe_load(Path(path).read_text())["algorithm"]
+    return ["algorithm.name=pfedme", *(f"algorithm.{k}={algorithm[k]}" for k in PFEDME_TUNED_KEYS)]
+
+
 METHODS = [*(Method(n, [f"algorithm.name={a}"]) for n, a in (
     ("FedAvg", "fedavg"), ("IFCA", "ifca"), ("FedRC", "fedrc"), ("FedEM", "fedem"), ("FeSEM", "fesem"),
-    ("FedDrift", "feddrift"), ("CFL", "cfl"), ("pFedMe", "pfedme"), ("APFL", "apfl"), ("ATP", "atp"),
-    ("Flux", "flux"))), Method(GUARDED, ["algorithm.name=flux", "algorithm.knee_guard=noise"]),
+    ("FedDrift", "feddrift"), ("CFL", "cfl"))), Method("pFedMe", pfedme_tuned_overrides()),
+    Method(PFEDME_PAPER, pfedme_paper_overrides()),
+    *(Method(n, [f"algorithm.name={a}"]) for n, a in (("APFL", "apfl"), ("ATP", "atp"), ("Flux", "flux"))),
+    Method(GUARDED, ["algorithm.name=flux", "algorithm.knee_guard=noise"]),
     Method("Flux-prior", ["algorithm.name=flux_prior"])]
 CLUSTERED = [m for m in METHODS if m.name in ("IFCA", "FeSEM", "FedDrift", "CFL", "Flux", GUARDED, "Flux-prior")]
 SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=30"],  # 20 clients (10 unseen) x 30 = the 600 pool
@@ -55,13 +84,15 @@ SCALES = {"smoke": [*SMOKE, "partition.samples_per_client=30"],  # 20 clients (1
 # said in every header at the reduced and paper scale: which row is the paper's Flux
 GUARD = ("\"Flux\" is the paper's adaptive DBSCAN (the knee alone, App. D.2); \"Flux + noise guard\" adds our noise "
          "guard (algorithm.knee_guard=noise, not in the paper; docs/flux_clustering.md)")
+# said in the reduced header: Flux gives no pFedMe settings, so there are two rows
+PFEDME_NOTE = ("Flux gives no pFedMe settings: \"pFedMe\" uses the λ, η, η_p that flplat tune chose on the validation "
+               "split under this protocol (grid configs/search_spaces/flux_pfedme.yaml, the point in "
+               "configs/flux/pfedme_tuned.yaml); \"pFedMe (its paper's settings)\" uses pFedMe's own λ = 15, K = 5, "
+               "η = 0.005, η_p = 0.1, which trains little in 10 rounds and diverges on some cells (docs/results.md, "
+               "'pFedMe under Flux's protocol').")
 NOTES = {"smoke": "CI size: 30 samples per client, 2 rounds of 1 epoch, the MLP",
          "reduced": "500 samples per client instead of the whole pool dealt evenly (about 3,000), SGD lr 0.03 instead "
-                    "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper. pFedMe runs with its own paper's "
-                    "λ = 15, K = 5, η = 0.005, η_p = 0.1 (Flux gives none; K steps on one minibatch, plain-SGD inner "
-                    "solve, as its Algorithm 1) and trains little in 10 rounds (its inner solve diverges on some "
-                    "cells): its rows are not a fair comparison (docs/results.md, 'pFedMe under Flux's protocol'). "
-                    + GUARD,
+                    "of 0.005; LeNet-5, 10 clients, 10 rounds, E = 2 as the paper. " + PFEDME_NOTE + " " + GUARD,
          "paper": "the paper's setting (the ready configs as they are). " + GUARD}
 COMMON = dict(scales=SCALES, notes=NOTES, seeds=[0, 1, 2], scale_factor=100.0, tie=0.005,
               focus=["Flux", GUARDED, "Flux-prior"])

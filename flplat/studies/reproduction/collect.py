@@ -19,7 +19,7 @@ from flplat.data.splits import InfeasiblePartitionError
 from flplat.studies.reproduction.execute import run_grid, skip_reason, stale_runs
 from flplat.studies.reproduction.grid import Job, Table, select
 from flplat.studies.reproduction.records import failed_record, run_record
-from flplat.studies.reproduction.store import FAILED, Store
+from flplat.studies.reproduction.store import FAILED, NO_CLUSTERS, NO_VALUE, Store
 
 
 @dataclass
@@ -55,27 +55,57 @@ def collect_train(paper: str, t: Table, jobs: list[Job], store: Store, parent: s
     metrics = run_grid(paper, t, jobs, store, parent, n_jobs, render_only, reasons, rerun_stale)
     got.stale_ids = stale_runs(jobs, metrics, store)
     runs = set()
+    per_seed = {c.id for c in t.cells if c.per_seed}
+    members: dict[tuple[str, str, int], list[tuple[str, float | None, str | None]]] = {}  # per-seed pooled cells
+    stale_seeds: set[tuple[str, str, int]] = set()  # such a cell's seed with a member of other code
     for j in jobs:
         run_id, m = metrics.get(j.key, (None, {}))
         where, metric = (j.cell, j.method), job_metric(t, j.cell, j.method)
-        if run_id is None and j.key in reasons:
-            got.skips.setdefault(where, []).append((j.seed, reasons[j.key]))
-            if reasons[j.key].startswith(FAILED):
-                got.records.append((j, failed_record(j, metric, reasons[j.key][len(FAILED):])))
-        if not run_id:
-            continue
-        runs.add(run_id)
-        got.run_ids.setdefault(where, []).append(run_id)
-        v = store.value(run_id, m, metric)
-        if v is not None:
+        v = store.value(run_id, m, metric) if run_id else None
+        why = (store.no_value(run_id, metric) if v is None else None) if run_id else reasons.get(j.key)
+        seed_mean = bool(j.member) and j.cell in per_seed
+        if run_id is None and why and why.startswith(FAILED):
+            got.records.append((j, failed_record(j, metric, why[len(FAILED):])))
+        if run_id:
+            runs.add(run_id)
+            got.run_ids.setdefault(where, []).append(run_id)
+            if run_id in got.stale_ids and seed_mean:
+                stale_seeds.add((*where, j.seed))
+            elif run_id in got.stale_ids and v is not None:
+                got.stale[where] = got.stale.get(where, 0) + 1
+            got.records.append((j, run_record(j, run_id, metric, v, m, store, got.stale_ids)))
+        if seed_mean:
+            members.setdefault((*where, j.seed), []).append((j.member, v, why))
+        elif v is not None:
             got.ours.setdefault(where, []).append(v)
-            got.stale[where] = got.stale.get(where, 0) + (run_id in got.stale_ids)
-        else:  # finished without the value (e.g. a clustered method that never formed clusters): say why
-            got.skips.setdefault(where, []).append((j.seed, store.no_value(run_id, metric)))
-        got.records.append((j, run_record(j, run_id, metric, v, m, store, got.stale_ids)))
+        elif why:  # skipped, failed, or finished without the value (e.g. clustering never started): say why
+            got.skips.setdefault(where, []).append((j.seed, why))
+    for (cell, method, seed), got_members in members.items():
+        value, why = mean_of_members(got_members)
+        if value is not None:
+            got.ours.setdefault((cell, method), []).append(value)
+            got.stale[(cell, method)] = got.stale.get((cell, method), 0) + ((cell, method, seed) in stale_seeds)
+        elif why:
+            got.skips.setdefault((cell, method), []).append((seed, why))
     got.n_runs = len(runs)
     got.refused = refused_rows(t, jobs, metrics, reasons)
     return got
+
+
+def mean_of_members(members: Sequence[tuple[str, float | None, str | None]]) -> tuple[float | None, str | None]:
+    """A per-seed pooled cell's value for one seed (``Cell.per_seed``) from its members' ``(member, value, why it
+    has none)``: the mean when every member has a value; else None and the reason of the first member without one,
+    prefixed with the member (its kind's prefix, e.g. "failed: ", kept first so that the table names it), or None
+    when that member was simply not run."""
+    missing = [(p, why) for p, v, why in members if v is None]
+    if not missing:
+        return statistics.fmean(v for _, v, _ in members), None
+    member, why = missing[0]
+    if why is None:
+        return None, None
+    prefix = next((p for p in (FAILED, NO_CLUSTERS, NO_VALUE) if why.startswith(p)), "")
+    more = f" ({len(missing) - 1} more member(s) without a value)" if len(missing) > 1 else ""
+    return None, f"{prefix}member {member}: {why[len(prefix):]}{more}"
 
 
 def refused_rows(t: Table, jobs: list[Job], metrics: dict, reasons: dict[str, str]) -> list[str]:

@@ -84,7 +84,7 @@ class Progress:
         self.stream = stream or sys.stderr
 
     def step(self, job: Job, seconds: float, metric: float | None) -> str:
-        return self.line(f"{job.table} {job.cell} {job.method} s{job.seed}", seconds, metric)
+        return self.line(job.label, seconds, metric)
 
     def line(self, label: str, seconds: float, metric: float | None) -> str:
         self.done += 1
@@ -370,7 +370,7 @@ def job_task(job: Job, parent: str | None) -> Task:
     from flplat.experiment import load_config
 
     fab = load_config(job.config, list(job.overrides)).fabric
-    return Task(_run_job, (job, parent), f"{job.table} {job.cell} {job.method} s{job.seed}", job,
+    return Task(_run_job, (job, parent), job.label, job,
                 int(fab.devices) if str(fab.devices).isdigit() else 1, str(fab.accelerator))
 
 

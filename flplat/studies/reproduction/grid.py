@@ -47,10 +47,14 @@ class Cell:
     metric: str | None = None  # this column's run metric when it is not the table's; ``NAME@STEP``: the value of the
     #                            metric NAME logged at step STEP (a series, e.g. CAFA's windowed accuracy)
     note: str | None = None  # what this cell sets beyond its ready config and why, stated in the table's header
-    # a pooled cell (a paper's mean over shifts and levels, e.g. Flux Table 63): one run per member (each a Cell: its
-    # config, else this cell's; this cell's overrides, then its own) and seed, the cell's value over all of them
+    # a pooled cell (a paper's mean over shifts and levels, e.g. Flux Tables 8, 51 and 63): one run per member (each a
+    # Cell: its config, else this cell's; this cell's overrides, then its own) and seed, the cell's value over all of
+    # them; with ``per_seed`` the value of a seed is the mean of its members' values (the std is over the seeds, as a
+    # paper's mean over shifts ± its std over seeds), and a seed where a member has no value has none, with that
+    # member's reason, never a mean of the members that are there
     members: list[Cell] = field(default_factory=list)
     scales: tuple[str, ...] = ()  # a member: the scales it runs at (empty: every scale), e.g. fewer levels at reduced
+    per_seed: bool = False
 
     def parts(self, scale: str) -> list[Cell]:
         """What runs for this cell at ``scale``: its members there, or the cell itself when it pools nothing."""
@@ -224,7 +228,7 @@ def paper_module(paper: str):
 
 def paper_tables(paper: str) -> list[Table]:
     """The paper's tables: its module's ``TABLES``, then those of the further modules
-    :data:`flplat.studies.papers.MORE_MODULES` lists for it (e.g. Flux's mixed shifts and drift)."""
+    :data:`flplat.studies.papers.MORE_MODULES` lists for it (e.g. Flux's mixed shifts and drift, its sweeps)."""
     from flplat.studies.papers import MORE_MODULES
 
     mods = [paper_module(paper), *(importlib.import_module(f"flplat.studies.papers.{m}")
@@ -246,6 +250,10 @@ class Job:
     # store): what its run record carries (:mod:`flplat.studies.reproduction.records`)
     resolved: dict | None = field(default=None, repr=False, compare=False)
     member: str | None = None  # the member of a pooled cell (``Cell.members``) it runs, None in a plain cell
+
+    @property
+    def label(self) -> str:
+        return f"{self.table} {self.cell}{'/' + self.member if self.member else ''} {self.method} s{self.seed}"
 
 
 def record_config(cfg) -> dict:

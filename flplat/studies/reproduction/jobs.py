@@ -166,7 +166,7 @@ def _unfinished_runs(paper, tables, scale, seeds, methods, cells, store_dir, ove
                 seen.add(j.key)
                 runs.append((j.table, j, load_config(j.config, list(j.overrides)), extra.get(j.method),
                              j.key in store.replaced))
-    cpus_gpus = resources([(f"{t} {j.cell} {j.method} s{j.seed}", cfg) for t, j, cfg, *_ in runs])
+    cpus_gpus = resources([(j.label, cfg) for _, j, cfg, *_ in runs])
     for tid in dict.fromkeys([*(t.id for t in chosen if t.kind == "train"), *(t for t, *_ in runs)]):
         store.client.set_terminated(store.parent(paper, tid, scale), "SCHEDULED")
     return runs, cpus_gpus

@@ -174,6 +174,8 @@ def describe_metric(metric: str) -> str:
     ``rounds_to_accP`` (C_acc), ``best_X``, ``NAME@STEP`` (a series at one step), else the run's last logged
     value of the metric."""
     name, _, step = metric.partition("@")
+    if step == "sum":
+        return f"the sum of {name} over the run's rounds ({metric})"
     if step:
         return f"{name} at step {step}"
     m = re.fullmatch(r"(.+)_last(\d+)", name)
@@ -205,6 +207,8 @@ def value_note(table: Table, cells: Sequence[str] | None = None, methods: Sequen
     groups: dict[str, list[tuple[str, str]]] = {}  # metric without its step -> [(cell, step)]
     for cid, metric in by_cell.items():
         name, _, step = metric.partition("@")
+        if step == "sum":  # a run-level number, not a series read at a step
+            name, step = metric, ""
         groups.setdefault(name, []).append((cid, step))
     parts = []
     for name, members in groups.items():
@@ -216,8 +220,16 @@ def value_note(table: Table, cells: Sequence[str] | None = None, methods: Sequen
     text = f"Each value is {parts[0]}" if len(parts) == 1 else "Each value is, per cell, " + "; ".join(parts)
     if rows:
         text += "; per row, " + "; ".join(f"{name}: {describe_metric(metric)}" for name, metric in rows.items())
+    means: dict[str, list[str]] = {}  # the members of the per-seed pooled cells -> those cells
+    for c in cs:
+        if c.members and c.per_seed:
+            means.setdefault(", ".join(p.id for p in c.parts(scale)), []).append(c.id)
+    if means:
+        text += ("; a pooled cell holds, per seed, the mean of that value over its members' runs (" +
+                 "; ".join(f"{', '.join(cids)}: {ids}" for ids, cids in means.items()) + ")")
     unit = {1.0: "", 100.0: "; in percent (× 100)"}.get(table.scale_factor, f"; × {table.scale_factor:g}")
-    over = "the seeds" if not any(c.members for c in cs) else "the seeds and, in a pooled cell, its members"
+    pooled = any(c.members and not c.per_seed for c in cs)
+    over = "the seeds" if not pooled else "the seeds and, in a pooled cell, its members"
     return (f"{text}{unit}. Ours is the mean ± std over {over} (population std) of the runs with a value, their "
             "number in brackets.")
 

@@ -124,8 +124,7 @@ class Store:
     def __init__(self, experiment: str, store_dir: str):
         from mlflow.tracking import MlflowClient
 
-        from flplat.tracking.runs import store_uris
-        from flplat.tracking.store import reachable_uri
+        from flplat.tracking.store import reachable_uri, store_uris
 
         reachable_uri(None, store_dir)  # one short probe, before MLflow retries an unreachable server for minutes
         uri, artifacts = store_uris(None, store_dir)
@@ -247,18 +246,23 @@ class Store:
             **process_tags()}).info.run_id
 
     def value(self, run_id: str | None, metrics: dict[str, float], metric: str) -> float | None:
-        """A run's final ``metric``, or with ``NAME@STEP`` the value of NAME logged at STEP (None: not there)."""
+        """A run's final ``metric``, with ``NAME@STEP`` the value of NAME logged at STEP, with ``NAME@sum`` the sum of
+        NAME over the steps it was logged at (e.g. ``round_time_s@sum``: the run's time over its rounds); None: not
+        there."""
         name, _, step = metric.partition("@")
         if not step:
             return metrics.get(name)
         if run_id is None:
             return None
         hist = {m.step: m.value for m in self.client.get_metric_history(run_id, name)}
+        if step == "sum":
+            return float(sum(hist.values())) if hist else None
         return hist.get(int(step))
 
     def tag(self, run_id: str, paper: str, job: Job) -> None:
         for k, v in (("paper", paper), ("key", job.key), ("table", job.table), ("cell", job.cell),
-                     ("method", job.method), ("seed", str(job.seed))):
+                     ("method", job.method), ("seed", str(job.seed)),
+                     *((("member", job.member),) if job.member else ())):
             self.client.set_tag(run_id, f"flplat.reproduce.{k}", v)
 
     def skipped(self, parent: str) -> dict[str, str]:
@@ -290,7 +294,9 @@ class Store:
                     f"the {bucket.capitalize()} bucket by their training counts (metrics.class_bucket_edges={edges}: "
                     "Few < a <= Medium <= b < Many)")
         if name not in CLUSTERING_METRICS:
-            return f"{NO_VALUE}the run finished after {rounds} rounds without logging {name}"
+            at = metric.partition("@")[2]
+            where = f" at step {at}" if at and at != "sum" else ""
+            return f"{NO_VALUE}the run finished after {rounds} rounds without logging {name}{where}"
         why = [f"the run finished after {rounds} rounds without logging {name}"]
         if started == 0:
             why.append("clustering_started = 0 at its last round")

@@ -32,10 +32,10 @@ class Probe(Callback):
         round, metrics, st, cfg = end.round, end.metrics, end.state, self.cfg
         if round % self.every:
             return
-        part = st.extra["participants"].numpy()
+        part = st.method.participants.numpy()
         w = torch.stack([st.personal.get(int(k)) for k in part]).double()
         d = pairwise_distances(w[:, self.mask], cfg.distance_power)
-        c = st.extra["affinity"][part][:, part]
+        c = st.method.affinity[part][:, part]
         full = dynamic_weights(c, d, cfg.sigma, cfg.eps)
         v2 = dynamic_weights(c, None)
         m = len(part)

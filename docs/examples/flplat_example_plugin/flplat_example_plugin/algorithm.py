@@ -6,7 +6,9 @@ models (Yin et al., "Byzantine-robust distributed learning", ICML 2018, Def. 2):
 ⌊β·m⌋ largest and ⌊β·m⌋ smallest of the m client values and average the rest (unweighted). β = 0 is the plain
 mean of the client models.
 
-Everything here comes from :mod:`flplat.api`, as for the built-in algorithms.
+Everything here comes from :mod:`flplat.api`, as for the built-in algorithms: the proximal term is the api's
+:class:`~flplat.api.ProximalTerm` (FedProx's, which Ditto, FedAMP, DA-PFL and FedSoft use too) and the clients'
+models come as one ``(m, P)`` stack from :func:`~flplat.api.stack`; only the server rule is this plugin's own.
 """
 
 from __future__ import annotations
@@ -15,36 +17,18 @@ from dataclasses import dataclass
 
 import torch
 
-from flplat.api import ClientPlan, LocalHook, ServerState, Strategy, check_range, register_algorithm
+from flplat.api import ClientPlan, ProximalTerm, ServerState, Strategy, check_range, register_algorithm, stack
 
 
-def trimmed_mean(stack: torch.Tensor, beta: float) -> torch.Tensor:
-    """Coordinate-wise β-trimmed mean of the rows of ``stack`` (m, P): per column, the ⌊β·m⌋ smallest and largest
+def trimmed_mean(rows: torch.Tensor, beta: float) -> torch.Tensor:
+    """Coordinate-wise β-trimmed mean of the rows of ``rows`` (m, P): per column, the ⌊β·m⌋ smallest and largest
     values are dropped and the rest averaged."""
-    m = stack.shape[0]
+    m = rows.shape[0]
     b = int(beta * m)
     if 2 * b >= m:
         raise ValueError(f"trimming {b} of {m} values at each end leaves nothing")
-    kept = torch.sort(stack, dim=0).values[b:m - b]
+    kept = torch.sort(rows, dim=0).values[b:m - b]
     return kept.mean(dim=0)
-
-
-class Proximal(LocalHook):
-    """(μ/2)‖w − c‖² over the parameters, c the received global model (a flat vector)."""
-
-    vectorizes = True  # its whole effect is functional_loss: clients with it can train as one stacked group
-
-    def __init__(self, center: torch.Tensor, mu: float):
-        self.center, self.mu = center, mu
-
-    def setup(self, ctx):
-        self._centers = ctx.param_views(self.center)
-
-    def loss(self, ctx):
-        return self.functional_loss(ctx.params)
-
-    def functional_loss(self, params):  # a pure function of the parameters: vectorised clients can use it
-        return 0.5 * self.mu * sum(((p - c) ** 2).sum() for p, c in zip(params, self._centers))
 
 
 @register_algorithm
@@ -62,8 +46,8 @@ class TrimProx(Strategy):
         check_range(0 <= cfg.trim < 0.5, f"{section}.trim", cfg.trim, "a number in [0, 0.5)")
 
     def plan(self, state: ServerState, client: int) -> ClientPlan:
-        return ClientPlan(weights=state.weights, hooks=(Proximal(state.weights, self.cfg.mu),))
+        return ClientPlan(weights=state.weights, hooks=(ProximalTerm(state.weights, self.cfg.mu),))
 
     def aggregate(self, state: ServerState, results, ops) -> ServerState:
-        state.weights = trimmed_mean(torch.stack([r.weights for r in results]), self.cfg.trim)
+        state.weights = trimmed_mean(stack(results)[0], self.cfg.trim)
         return state
