@@ -112,8 +112,9 @@ def test_imported_records_render_the_same_table_and_train_nothing(made, tmp_path
     # written again from the imported store, the records say the same (a re-import elsewhere finds the same run)
     (again,) = [json.loads(x) for x in (out2 / RECORDS).read_text().splitlines()]
     (rec,) = made["recs"]
-    assert {k: again[k] for k in ("config", "config_key", "code", "metrics", "history", "value")} == \
-        {k: rec[k] for k in ("config", "config_key", "code", "metrics", "history", "value")}
+    assert {k: again[k] for k in ("config", "config_key", "code", "metrics", "history", "value", "run_id")} == \
+        {k: rec[k] for k in ("config", "config_key", "code", "metrics", "history", "value", "run_id")}
+    assert again["run_id"] == orig.info.run_id != run.info.run_id  # the run that made it, not the imported copy
 
 
 def test_importing_twice_adds_nothing_nor_into_the_store_that_made_the_runs(made, tmp_path):
@@ -161,6 +162,25 @@ def test_a_record_without_its_config_is_matched_to_its_job_marked_and_trained_ag
     assert "from other code" not in out
     assert _client(store).get_run(run.info.run_id).data.tags["flplat.superseded_by"] in \
         {r.info.run_id for r in _kids(store)} - {run.info.run_id}
+
+
+def test_a_record_without_its_times_is_written_again_without_times_and_not_summed(made, tmp_path):
+    (rec,) = made["recs"]
+    f = _write(tmp_path / "old" / RECORDS, [{k: rec[k] for k in OLD_FIELDS}])
+    store, out2, doc = tmp_path / "store", tmp_path / "out2", tmp_path / "results.md"
+    rc, _, err = _run([*GRID, "--store-dir", str(store), "--import", str(f), "--render-only", "--out", str(out2),
+                       "--results", str(doc)])
+    assert rc == 0, err
+    (run,) = _kids(store)
+    assert run.data.tags["flplat.import.untimed"] == "true"
+    (again,) = [json.loads(x) for x in (out2 / RECORDS).read_text().splitlines()]
+    assert again["start_time"] is None and again["end_time"] is None  # not the import's time as the run's
+    assert "1 runs, imported from records without their run times (run time not known)" in doc.read_text()
+    assert f"--out {out2} --import {f} --set" in doc.read_text()  # the command says where its runs came from
+    # a record with its times keeps them and is summed
+    (timed,) = made["recs"]
+    assert isinstance(timed["start_time"], int) and "flplat.import.untimed" not in \
+        _kids(made["store"])[0].data.tags
 
 
 def test_records_without_a_config_of_grids_with_other_settings_are_not_both_taken(made, tmp_path):

@@ -38,16 +38,28 @@ class _Info:
 
 
 class _Client:
-    def __init__(self, times):
-        self.times = times
+    def __init__(self, times, untimed=()):
+        self.times, self.untimed = times, set(untimed)
 
     def get_run(self, rid):
-        return type("R", (), {"info": _Info(*self.times[rid])})()
+        tags = {"flplat.import.untimed": "true"} if rid in self.untimed else {}
+        return type("R", (), {"info": _Info(*self.times[rid]), "data": type("D", (), {"tags": tags})()})()
 
 
 def test_run_seconds_sums_finished_runs_once_each():
     client = _Client({"a": (1_000, 3_500), "b": (10_000, 11_000), "c": (5_000, None)})
-    assert run_seconds(client, ["a", "b", "a", "c"]) == (2, 3.5)
+    assert run_seconds(client, ["a", "b", "a", "c"]) == (2, 3.5, 0)
+
+
+def test_runs_imported_without_their_times_are_counted_but_not_summed():
+    # an old record's run is made at the import, start = end: "0 s" would be a false run time
+    client = _Client({"a": (1_000, 3_500), "old": (9_000, 9_000)}, untimed={"old"})
+    assert run_seconds(client, ["a", "old"]) == (2, 2.5, 1)
+    assert ("2 runs, 2 s of run time summed over the runs (MLflow start → end; 1 of them imported from records "
+            "without their run times, not in the sum); rendered") in timing_line("c", 2, 2.5, None, 1)
+    line = timing_line("c", 28, 0.0, None, 28)
+    assert "28 runs, imported from records without their run times (run time not known); rendered" in line
+    assert "0 s" not in line
 
 
 def test_update_results_writes_file_and_footer(tmp_path):

@@ -148,7 +148,8 @@ def cmd_sweep(args) -> int:
 
 def _reproduce_command(args) -> str:
     """The `flplat reproduce` command line that ``args`` stand for (shown under each table of --results): the one
-    that trains the table's runs, so ``--render-only`` and ``--results`` are left out."""
+    that trains the table's runs, so ``--render-only`` and ``--results`` are left out; ``--import`` stays (on another
+    machine the table's runs come from those records, and the command trains only what they do not stand for)."""
     import shlex
 
     words = ["flplat", "reproduce", args.paper, *args.tables, "--scale", args.scale]
@@ -162,6 +163,8 @@ def _reproduce_command(args) -> str:
         words += ["--baseline-seeds", str(args.baseline_seeds)]
     for spec in args.add_method:
         words += ["--add-method", spec]
+    for path in args.import_paths or ():
+        words += ["--import", path]
     if args.set:
         words += ["--set", *args.set]
     return shlex.join(words)

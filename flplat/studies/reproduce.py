@@ -316,11 +316,11 @@ def _publish(paper: str, t: Table, text: str, got: Collected, store: Store, pare
     if o.results:
         from flplat.studies.results_doc import run_seconds, timing_line, update_results
 
-        n_runs, run_s = run_seconds(store.client, [r for ids in got.run_ids.values() for r in ids])
+        n_runs, run_s, untimed = run_seconds(store.client, [r for ids in got.run_ids.values() for r in ids])
         png = Path(o.out_dir) / f"{stem}.png" if o.out_dir else None
         update_results(o.results, paper, t.id, o.scale, text,
                        timing_line(o.command or f"flplat reproduce {paper} {t.id} --scale {o.scale}", n_runs,
-                                   run_s, None if o.render_only else time.perf_counter() - t_start),
+                                   run_s, None if o.render_only else time.perf_counter() - t_start, untimed),
                        figure=png if png is not None and png.is_file() else None)
 
 

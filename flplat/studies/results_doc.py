@@ -42,31 +42,42 @@ def replace_block(doc: str, paper: str, table: str, scale: str, body: str) -> st
     return (doc.rstrip("\n") + "\n\n" if doc.strip() else "") + block + "\n"
 
 
-def run_seconds(client, run_ids: Iterable[str]) -> tuple[int, float]:
-    """(number of runs, sum of their start → end durations in seconds) of the given MLflow runs (unfinished
-    runs, which have no end time, are not counted)."""
-    n, total = 0, 0.0
+def run_seconds(client, run_ids: Iterable[str]) -> tuple[int, float, int]:
+    """(number of runs, sum of their start → end durations in seconds, how many of them have no run time) of the
+    given MLflow runs: unfinished runs, which have no end time, are not counted; a run imported from a record without
+    its times (tag ``flplat.import.untimed``, see :mod:`flplat.studies.reproduction.importing`) is counted but adds
+    nothing to the sum, its import time standing for both."""
+    n, total, untimed = 0, 0.0, 0
     for rid in dict.fromkeys(run_ids):
-        info = client.get_run(rid).info
+        run = client.get_run(rid)
+        info = run.info
         if info.end_time and info.start_time:
             n += 1
-            total += (info.end_time - info.start_time) / 1000.0
-    return n, total
+            if run.data.tags.get("flplat.import.untimed") == "true":
+                untimed += 1
+            else:
+                total += (info.end_time - info.start_time) / 1000.0
+    return n, total, untimed
 
 
 def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def timing_line(command: str, runs: int, run_s: float, wall_s: float | None) -> str:
+def timing_line(command: str, runs: int, run_s: float, wall_s: float | None, untimed: int = 0) -> str:
     """The line under a table: how it was made and what it cost (``wall_s`` None: rendered from the store by
-    ``--render-only``, so this command's own time says nothing)."""
+    ``--render-only``, so this command's own time says nothing; ``untimed``: how many of the ``runs`` were imported
+    from records without their run times, which ``run_s`` leaves out)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = ""
     if hasattr(os, "getloadavg"):
         load = f", load average {os.getloadavg()[0]:.1f} at the end"
     cost = (f"{runs} runs, {_minutes(run_s)} of run time summed over the runs (MLflow start → end)" if runs
             else "no training runs")
+    if untimed and untimed == runs:
+        cost = f"{runs} runs, imported from records without their run times (run time not known)"
+    elif untimed:
+        cost = cost[:-1] + f"; {untimed} of them imported from records without their run times, not in the sum)"
     this = ("rendered from the store with --render-only" if wall_s is None
             else f"this command {_minutes(wall_s)} wall on {cores} CPU cores{load}")
     return f"*Made by* `{command}` *on {time.strftime('%Y-%m-%d')}: {cost}; {this}.*"

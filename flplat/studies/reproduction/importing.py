@@ -54,6 +54,9 @@ FILE_TAG = "flplat.import.file"
 COMMIT_TAG = "flplat.import.commit"
 RUN_TAG = "flplat.import.run_id"
 RECORDED_KEY_TAG = "flplat.import.config_key"  # the key the record gave (its grid's flplat computed it)
+#: a record without its run's start and end times (records written before records carried them): the run is made
+#: with the import's time for both, so --results leaves it out of the run time it sums and --out writes no times
+UNTIMED_TAG = "flplat.import.untimed"
 
 
 @dataclass
@@ -367,6 +370,8 @@ def _tags(item: Item, parent: str) -> dict[str, str]:
         tags.update(CodeIdentity.from_dict(rec["code"]).to_tags())
     if rec.get("run_id"):
         tags[RUN_TAG] = str(rec["run_id"])
+    if not all(isinstance(rec.get(k), int) for k in ("start_time", "end_time")):
+        tags[UNTIMED_TAG] = "true"
     if rec.get("config_key"):
         tags[RECORDED_KEY_TAG] = str(rec["config_key"])
     if rec.get("status", "FINISHED") != "FINISHED":

@@ -108,8 +108,11 @@ def complete(pairs: Iterable[tuple[Job, dict]], client, paper: str, scale: str, 
         rec = {**rec, "paper": paper, "scale": scale, "parent": parent, "config": _config(j)}
         run_id = rec.get("run_id")
         if run_id:
-            info = client.get_run(run_id).info
-            rec["start_time"], rec["end_time"] = info.start_time, info.end_time
+            run = client.get_run(run_id)
+            untimed = run.data.tags.get("flplat.import.untimed") == "true"  # importing.UNTIMED_TAG: no times known
+            rec["start_time"], rec["end_time"] = (None, None) if untimed else (run.info.start_time, run.info.end_time)
+            # an imported run's record names the run on the machine that made it (importing.RUN_TAG), not the copy
+            rec["run_id"] = run.data.tags.get("flplat.import.run_id", run_id)
             names = set((reads or {}).get(run_id, ()))
             if "@" in (rec.get("metric") or ""):
                 names.add(rec["metric"].partition("@")[0])
