@@ -15,7 +15,7 @@ Config keys (the paper's reading is the default):
 * ``use_cbcc`` / ``use_abfa``: the ablations CBCC-only and ABFA-only (§V-C) switch one factor off.
 * ``sample_weighting`` (False): also multiply by the client's training-set size n_i. Eq. 11 has no n_i; with both
   factors off and this on, CAFA is exactly FedAvg (tested).
-* ``k``: a fixed number of clusters (the authors' code, SEED-NOTES); null: the silhouette search.
+* ``k``: a fixed number of clusters (the authors' public code); null: the silhouette search.
 * ``max_clusters`` (null = n-1, the paper), ``n_init`` (K-means restarts), ``nonpositive_rule`` (every silhouette
   <= 0: ``one_cluster`` -> every client IID with weight 1, or ``argmax``) -- as in :mod:`flplat.maths.clustering`.
 * ``abfa_split`` (``val``): the split the shared models are scored on (the paper: 20% validation). A federation

@@ -16,7 +16,7 @@ result as its personalised model, with which it is evaluated. Personalised model
 Ablations (Table V) as switches: ``affinity=false, dynamic=false`` is DA-PFL-V1 (uniform weights over the other
 participants), ``dynamic=false`` is DA-PFL-V2 (α = normalised affinity).
 
-Choices (config keys; the paper's reading is the default, the authors' code in brackets, see SEED-NOTES):
+Choices (config keys; the paper's reading is the default, the authors' code in brackets):
 ``min_shared`` classes for an overlap (1 [2]), ``fill_factor`` for pairs without overlap (1.0 [0.9]),
 ``distance_power`` (2 [1]: the code uses the unsquared norm), ``sigma`` (1; the code has none, i.e. 1),
 ``eps``; ``local_start``: ``personal`` (Eq. 10 updates w_i^{t−1}) or ``aggregated`` (start from w_i^g). The

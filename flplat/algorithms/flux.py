@@ -27,7 +27,8 @@ h = ``soft_bandwidth`` × the median pairwise descriptor distance at the start, 
 (``recluster_every`` = n > 0: every n rounds after the start the participants' descriptors are refreshed, all known
 clients re-clustered, and each new cluster warm-starts from the previous cluster whose centroid is nearest).
 
-Choices where the paper is open (config keys; SEED-NOTES "Flux"): σ is the diagonal standard deviation; a class
+Choices where the paper is open (config keys; the authors' public code where it decides): σ is the diagonal
+standard deviation; a class
 with fewer than ``min_class_samples`` samples gets the scaled value ``missing_fill``; the PCA box is the paper's
 [m⁻, m⁺] (the authors' code uses [0, 1.02·max]); ``no_knee="max"`` (their code has no fallback).
 
