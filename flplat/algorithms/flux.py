@@ -28,8 +28,8 @@ h = ``soft_bandwidth`` × the median pairwise descriptor distance at the start, 
 clients re-clustered, and each new cluster warm-starts from the previous cluster whose centroid is nearest).
 
 Choices where the paper is open (config keys; the authors' public code where it decides): σ is the diagonal
-standard deviation; a class
-with fewer than ``min_class_samples`` samples gets the scaled value ``missing_fill``; the PCA box is the paper's
+standard deviation; a class with fewer than ``min_class_samples`` samples gets the scaled value ``missing_fill``;
+the PCA box is the paper's
 [m⁻, m⁺] (the authors' code uses [0, 1.02·max]); ``no_knee="max"`` (their code has no fallback).
 
 The knee (App. D.2: "the elbow point [...] which marks the transition from dense to sparse regions", found with
