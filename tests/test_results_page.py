@@ -31,3 +31,14 @@ def test_the_list_groups_tables_by_the_datasets_missing_on_a_hand_made_page():
     assert m.listed(page.replace(f"{m.START}\nold\n{m.END}", text)) == waiting
     p = REPO / "docs" / "results.md"
     assert m.main(["--results", str(p), "--check"]) == 0
+
+
+def test_the_readme_counts_the_numbered_items_as_the_page_and_the_registry_do():
+    m = tool()
+    c = m.item_counts((REPO / "docs" / "results.md").read_text())
+    assert c["items"] == c["with_block"] + c["needs_data"] + c["not_yet"] + (c["items"] - c["wired"])
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert (f"of the five papers' {c['items']} numbered tables and figures with results, {c['wired']} are wired "
+            f"(`flplat reproduce --list` ends with the checklist), {c['with_block']} have results in "
+            f"docs/results.md") in readme
+    assert f"{c['needs_data']} need data this machine lacks and {c['not_yet']} could run here but have not" in readme

@@ -61,6 +61,30 @@ def section(md: str, here: tuple[str, ...] = HERE) -> str:
     return "\n".join([*lines, END])
 
 
+def item_counts(md: str, here: tuple[str, ...] = HERE) -> dict[str, int]:
+    """The papers' numbered items (flplat.studies.papers.items) by what the page holds: ``items``, ``wired``,
+    ``with_block`` (some table of the item has a block), ``needs_data`` (no block, and each of its tables needs a
+    dataset not ``here``), ``not_yet`` (no block, data here)."""
+    from flplat.studies.papers.items import ITEMS, wired
+    from flplat.studies.reproduction.grid import paper_tables
+
+    tables = {p: {t.id: t for t in paper_tables(p)} for p in dict.fromkeys(i.paper for i in ITEMS)}
+    known = {p: {tid: {c.id for c in t.cells} for tid, t in ts.items()} for p, ts in tables.items()}
+    have = blocks(md)
+    out = {"items": len(ITEMS), "wired": 0, "with_block": 0, "needs_data": 0, "not_yet": 0}
+    for i in ITEMS:
+        if not wired(i, known[i.paper]):
+            continue
+        out["wired"] += 1
+        if any((i.paper, t) in have for t in i.tables):
+            out["with_block"] += 1
+        elif all(any(d not in here for d in tables[i.paper][t].data_names()) for t in i.tables):
+            out["needs_data"] += 1
+        else:
+            out["not_yet"] += 1
+    return out
+
+
 def listed(md: str) -> set[tuple[str, str]]:
     """(paper, table) named in the page's current list."""
     body = md.split(START, 1)[1].split(END, 1)[0] if START in md else ""
