@@ -317,6 +317,8 @@ def rank(r, tmp):
             out.append(f"{type(e).__name__}: {e}")
     with open(os.path.join(tmp, f"out{r}.json"), "w") as fh:
         json.dump(out, fh)
+    dist.barrier()  # both done before either tears gloo down (as flplat's close_process_group_at_exit does): a
+    dist.destroy_process_group()  # process leaving with the group alive could abort ("terminate called ...")
 
 
 if __name__ == "__main__":
