@@ -202,17 +202,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--dataset", default="fmnist", choices=sorted(NORM))
-    ap.add_argument("--hidden", default="200,200", help="MLP hidden widths, comma separated")
-    ap.add_argument("--clients", type=int, default=100)
-    ap.add_argument("--fraction", type=float, default=0.5)
-    ap.add_argument("--alpha", type=float, default=0.3)
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--eval-every", type=int, default=1)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--seed", type=int, default=0)
+    benchlib.add_federation_args(ap, NORM, rounds=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--baseline", default=None, metavar="DIR",
                     help="another checkout: its flplat sides run too, as <side>@base (before/after ratios)")

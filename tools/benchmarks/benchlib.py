@@ -61,3 +61,19 @@ def popen_wait4():
 
     subprocess.Popen._try_wait = _try_wait
     return orig
+
+
+def add_federation_args(ap, datasets, rounds: int) -> None:
+    """The benchmarked federation's options, shared by the whole-process benchmarks (bench_e2e, bench_pfl):
+    dataset, MLP widths, K, q, Dirichlet alpha, E, T, evaluation interval, B, learning rate, seed."""
+    ap.add_argument("--dataset", default="fmnist", choices=sorted(datasets))
+    ap.add_argument("--hidden", default="200,200", help="MLP hidden widths, comma separated")
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--fraction", type=float, default=0.5)
+    ap.add_argument("--alpha", type=float, default=0.3)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--eval-every", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0)
