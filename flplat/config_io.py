@@ -47,6 +47,12 @@ def loggable_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(loggable(cfg)), resolve=False)
 
 
+# Keys that say where a run's inputs are, not what it computes: the same files under another directory. They are
+# part of :func:`config_key` (a store keeps the keys its runs were tagged with), so a run record imported on another
+# machine takes the importing command's value for them (:func:`flplat.studies.reproduction.importing.record_cfg`).
+LOCATION_KEYS = ("data.root",)
+
+
 def config_key(cfg: DictConfig) -> str:
     """The hash that identifies what a run computes: the resolved config without ``tracking.*``, ``plugins`` and
     ``fabric.num_threads``, which do not change its result. Runs carry it as the tag ``flplat.config_key``; studies

@@ -378,3 +378,39 @@ def test_pooled_cell_records_name_their_member_and_old_ones_are_told_apart_by_th
     assert run.data.tags["flplat.config_key"] == jobs[1].key and run.info.run_name == \
         "test_assignment/mnist_label/label_l8/Flux/s0"
     assert "flplat.import.no_config" not in run.data.tags
+
+
+def test_committed_records_of_pooled_cells_name_their_member():
+    """Every committed record of a pooled cell (one run per member under the cell's id) names the member it ran:
+    without it a record of a config-less run matches several jobs and is not imported on another machine."""
+    from flplat.studies.reproduction.grid import PAPERS, paper_tables
+    from flplat.studies.reproduction.records import name_parts, read_records
+
+    pooled = {(p, t.id, c.id): {m.id for m in c.members} for p in PAPERS for t in paper_tables(p) for c in t.cells
+              if c.members}
+    bad, seen = [], 0
+    for f in sorted((REPO / "docs" / "results").glob("*/reproduce/*_runs.jsonl")):
+        paper = name_parts(f)[0]
+        for n, rec in enumerate(read_records(f), 1):
+            members = pooled.get((paper, rec["table"], rec["cell"]))
+            if members is not None:
+                seen += 1
+                if rec.get("member") not in members:
+                    bad.append(f"{f.name}:{n} {rec['cell']} member={rec.get('member')!r}")
+    assert seen > 300 and not bad, bad[:5]
+
+
+def test_a_record_made_under_another_data_root_is_this_machines_run(made, tmp_path):
+    """Where the inputs were is not what a run computed: a record whose config names another ``data.root`` (another
+    machine's directory) is keyed with the importing command's, so the grid of this machine finds it finished."""
+    (rec,) = made["recs"]
+    cfg = json.loads(json.dumps(rec["config"]))
+    cfg["data"]["root"] = "/elsewhere/data"
+    f = _write(tmp_path / "other_root" / RECORDS, [rec | {"config": cfg}])
+    store = tmp_path / "store"
+    here = str(tmp_path / "data_here")
+    rc, out, err = _run([*GRID, f"data.root={here}", "--store-dir", str(store), "--import", str(f)])
+    assert rc == 0, err
+    assert "1 of 1 runs already finished, skipped" in err and _table(out) == made["table"]
+    (run,) = _kids(store)
+    assert run.data.params["data.root"] == here

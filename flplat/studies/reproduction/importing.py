@@ -8,7 +8,9 @@ What was decided and why:
 * **Keyed by what the run computed.** A record with its config is keyed by that config as this flplat reads it: an
   older form upgraded (:func:`flplat.data.legacy.upgrade_config`), a key the record lacks set to the value the
   earlier flplat ran with where that differs from today's default (:func:`~.store.legacy_overrides`), then loaded
-  and hashed like any run (:func:`flplat.config_io.config_key`). So the key is the job's key exactly when the run
+  and hashed like any run (:func:`flplat.config_io.config_key`). Where the inputs were (``data.root``, the
+  :data:`~flplat.config_io.LOCATION_KEYS`) is the importing command's (its ``--set``, else the default): the same
+  files under another directory of another machine are the same run. So the key is the job's key exactly when the run
   computed what the job asks for; the record's own key is kept as a tag. Its code identity is kept too: a run of
   other code is counted and marked, and ``--rerun-stale`` trains it again, as any run of other code.
 * **Records without a config** (written before records carried it) are matched to the jobs the table defines now
@@ -235,7 +237,7 @@ def _keyed(rec: dict, path: Path, jobs: _Jobs) -> tuple[Item, str | None]:
     parent = rec.get("parent") or f"{paper}/{file_table or rec['table']}@{scale}"
     if rec.get("config"):
         try:
-            cfg = record_cfg(rec["config"])
+            cfg = record_cfg(rec["config"], jobs.overrides)
         except ConfigError as e:
             raise _Unmatched(f"its config does not load now ({e})") from None
         resolved = _resolved(cfg)
@@ -252,19 +254,29 @@ def _keyed(rec: dict, path: Path, jobs: _Jobs) -> tuple[Item, str | None]:
     return Item(paper, job.key, _params(job.resolved), parent, not same, (str(path), None), member=job.member), metric
 
 
-def record_cfg(config: dict):
+def record_cfg(config: dict, overrides: Sequence[str] = ()):
     """A record's config as this flplat reads it: upgraded from an older form (:func:`upgrade_config`), the keys it
     lacks that an earlier flplat ran with another value than today's default set to that value
-    (:func:`legacy_overrides`), loaded and validated (a ConfigError when it no longer loads)."""
+    (:func:`legacy_overrides`), where its inputs were (:data:`~flplat.config_io.LOCATION_KEYS`) taken from
+    ``overrides`` (the importing command's ``--set``; else the default), loaded and validated (a ConfigError when it
+    no longer loads)."""
     from omegaconf import OmegaConf
 
-    from flplat.config_io import flatten
+    from flplat.config_io import LOCATION_KEYS, flatten
     from flplat.configure import load_config
     from flplat.data.legacy import upgrade_config
 
     d = upgrade_config(config)
     d.pop("tracking", None)
+    for key in LOCATION_KEYS:
+        *path, name = key.split(".")
+        node = d
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(name, None)
     extra = legacy_overrides({k: str(v) for k, v in flatten(d).items()})
+    extra += [o for o in overrides if o.split("=", 1)[0].lstrip("+") in LOCATION_KEYS]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as fh:
         fh.write(OmegaConf.to_yaml(OmegaConf.create(d)))
         fh.flush()
