@@ -71,3 +71,13 @@ def test_scripts_find_the_checkout_from_their_folder():
             if script.resolve().parents[int(n)] != REPO.resolve():
                 wrong.append(f"{script.relative_to(REPO)}: parents[{n}]")
     assert not wrong, "repository lookups that miss the checkout:\n" + "\n".join(wrong)
+
+
+def test_code_and_tools_name_no_issue_numbers():
+    """A user reading the package or a tool has no issue tracker: docstrings and comments say what and why, never
+    "issue 15"."""
+    cite = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
+    found = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in [*sorted((REPO / "flplat").rglob("*.py")),
+                                                                  *sorted(TOOLS.rglob("*.py"))]
+             for n, line in enumerate(p.read_text().splitlines(), 1) if cite.search(line)]
+    assert not found, found[:5]

@@ -1,4 +1,4 @@
-"""Benchmark: whole ``flplat run`` processes against hand-written PyTorch FedAvg scripts, end to end (issue 15).
+"""Benchmark: whole ``flplat run`` processes against hand-written PyTorch FedAvg scripts, end to end.
 
 What users feel is the whole command: process start, imports, data decoding, partition, training and
 evaluation. This driver times whole processes, alternating the sides (A B C .., .. C B A, ...) after one untimed
@@ -25,7 +25,7 @@ this driver into a small ``.npz`` before timing (a script's own Dirichlet partit
 milliseconds; the platform's partition time stays inside the platform's figure), so both sides do the same
 number of steps. Ratios: ``flplat1`` and ``flplatvec`` against ``ref1``; ``flplat2`` against ``ref2``.
 
-    python tools/benchmarks/bench_e2e.py                                          # issue 15's setting, 3 repeats
+    python tools/benchmarks/bench_e2e.py                                          # the default setting, 3 repeats
     python tools/benchmarks/bench_e2e.py --hidden 128,64                          # the 128-64 MLP
     python tools/benchmarks/bench_e2e.py --sides ref2,flplat2 --rounds 10         # the sharded steady state
     python tools/benchmarks/bench_e2e.py --sides flplat1,flplatvec --baseline /path/to/other/checkout   # before / after
@@ -34,7 +34,7 @@ number of steps. Ratios: ``flplat1`` and ``flplatvec`` against ``ref1``; ``flpla
 ``configs/quickstart.yaml``) as ``<side>@base``, in the same alternation, and reports this checkout ÷ that one (the
 median of the per-repeat ratios): a change's before/after on the same machine at the same moment.
 
-Setting (issue 15): FMNIST, K = 100, Dirichlet α = 0.3, q = 0.5, batch 32, Adam 1e-3, MLP 784-200-200-10, E = 1,
+Setting: FMNIST, K = 100, Dirichlet α = 0.3, q = 0.5, batch 32, Adam 1e-3, MLP 784-200-200-10, E = 1,
 T = 3, tracking off, evaluation every round (the default ``federation.eval_every=1``).
 """
 

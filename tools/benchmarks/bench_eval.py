@@ -1,4 +1,4 @@
-"""Benchmark: evaluating every client of a round against one forward pass over all their test rows (issue 15, 4).
+"""Benchmark: evaluating every client of a round against one forward pass over all their test rows.
 
 For each K (``--clients``, default 1,200 and 10,000; FMNIST, IID partition, the issue's MLP 784-200-200-10) and
 each method (FedAvg; IFCA with ``--clusters`` clusters and every client assigned to a random cluster, so every

@@ -21,13 +21,13 @@ Both platform sides and the reference sample the same clients (same sampler and 
 epochs and batch sizes, with tracking off and evaluation only after the last round. Reported: end-to-end wall
 time of the whole command (process start, imports, data, partition, training, evaluation) and the
 steady-state seconds per round (rounds 2..T, as measured inside rank 0), each as the median over repeats, and
-the per-repeat ratios platform / reference. Targets (issue 3): sharded ≤ 1.1 × reference in both, vectorised
+the per-repeat ratios platform / reference. Targets: sharded ≤ 1.1 × reference in both, vectorised
 MLP ≥ 2 × faster than the reference.
 
     python tools/benchmarks/bench_sharded.py                                    # fmnist + mlp, K=100, q=0.5, E=1
     python tools/benchmarks/bench_sharded.py --epochs 5
     python tools/benchmarks/bench_sharded.py --model fmnist_cnn --rounds 3 --sides reference,sharded
-    # issue 15's MLP
+    # the FMNIST MLP of bench_e2e / bench_vec_bound
     python tools/benchmarks/bench_sharded.py --hidden 200,200 --sides reference,vectorized,vectorized2
 """
 

@@ -1,4 +1,4 @@
-"""Measure the memory of per-client personalised state at scale (issue 3: 10,000 clients' state of the FMNIST CNN).
+"""Measure the memory of per-client personalised state at scale (10,000 clients' state of the FMNIST CNN).
 
 Runs one experiment in this process with an algorithm that keeps a personal model per client in a
 :class:`flplat.api.ClientStore` (``local`` by default: every client keeps its own model), and samples

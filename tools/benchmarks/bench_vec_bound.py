@@ -1,5 +1,4 @@
-"""Benchmark: flplat's vectorised clients against two hand-written bounds, per round, in one process (issue 15,
-item 5).
+"""Benchmark: flplat's vectorised clients against two hand-written bounds, per round, in one process.
 
 Three sides train the same round's clients (the platform's partition, sampled clients and per-client batch orders:
 ``randperm`` from each client's ``derive_seed(seed, "train", round, client)``, as the executor seeds them), each
@@ -25,12 +24,12 @@ per-repeat ratios. ``--profile`` adds a decomposition of one round of each side 
 category: forward, backward, optimizer, loss and masking, batch assembly, stacking/unstacking, and the rest —
 Python and dispatch between the ops).
 
-    python tools/benchmarks/bench_vec_bound.py                         # issue 15's setting, 1 thread, 3 repeats
+    python tools/benchmarks/bench_vec_bound.py                         # the default setting, 1 thread, 3 repeats
     python tools/benchmarks/bench_vec_bound.py --profile               # plus the decomposition
     python tools/benchmarks/bench_vec_bound.py --threads 2 --repeats 5
     python tools/benchmarks/bench_vec_bound.py --baseline 42a9701   # adds flplat@REV: vectorized.py of a git revision
 
-Setting (issue 15): FMNIST, K = 100, Dirichlet α = 0.3, q = 0.5, batch 32, Adam 1e-3, MLP 784-200-200-10, E = 1,
+Setting: FMNIST, K = 100, Dirichlet α = 0.3, q = 0.5, batch 32, Adam 1e-3, MLP 784-200-200-10, E = 1,
 tracking off.
 """
 

@@ -1,5 +1,5 @@
 """flplat's Dirichlet and Similarity partitions against FedArtML's ``dirichlet_method`` and
-``percent_noniid_method`` (issue 26, item 3; docs/results.md, "Partitions against FedArtML").
+``percent_noniid_method`` (docs/results.md, "Partitions against FedArtML").
 
 Both sides partition the same labels (a dataset's training pool) for each setting and each of ``--seeds``; the two
 use different random streams, so the comparison is between the *distributions* over seeds, not identical draws:

@@ -1,4 +1,4 @@
-"""Score Flux's adaptive-DBSCAN rules on the planted MNIST shifts (issue 11, item 1; docs/flux_clustering.md).
+"""Score Flux's adaptive-DBSCAN rules on the planted MNIST shifts (docs/flux_clustering.md).
 
 Runs each cell of ``configs/flux/table1/mnist_<cell>.yaml`` up to Flux's clustering step, keeps the clients' scaled
 descriptors, their train sizes, the scaler and their true distribution ids (``--save DIR`` keeps them as .npz), then

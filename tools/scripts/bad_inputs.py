@@ -1,4 +1,4 @@
-"""The bad-input battery of issue 13 (item 6): run each bad input through the `flplat` command and print a table.
+"""The bad-input battery: run each bad input through the `flplat` command and print a table.
 
     python tools/scripts/bad_inputs.py            # every case
     python tools/scripts/bad_inputs.py -k tune    # the cases whose name contains "tune"

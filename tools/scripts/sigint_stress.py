@@ -1,5 +1,5 @@
 """Ctrl-C at many points of a run: `flplat run` of the quick start, SIGINT after each delay, and how long the
-process takes to end, its exit status and the run's status in the store (issue 22, item 6).
+process takes to end, its exit status and the run's status in the store (the interrupt checks of docs/reliability.md).
 
     python tools/scripts/sigint_stress.py [--delays 0.2,0.5,1,2,3,4,6] [--after-round 0] [--repeat 1] [--limit 60]
 
