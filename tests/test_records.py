@@ -414,3 +414,18 @@ def test_a_record_made_under_another_data_root_is_this_machines_run(made, tmp_pa
     assert "1 of 1 runs already finished, skipped" in err and _table(out) == made["table"]
     (run,) = _kids(store)
     assert run.data.params["data.root"] == here
+
+
+def test_a_record_without_its_config_made_without_a_data_root_is_the_job_of_one_that_sets_it(made, tmp_path):
+    """A record of the earlier format (no config) made without ``data.root``, imported by a command that sets it: its
+    hash is the job's at the default location, so it is keyed as that job with the code it recorded, not marked as
+    imported without its config."""
+    (rec,) = made["recs"]
+    f = _write(tmp_path / "old" / RECORDS, [{k: rec[k] for k in (*OLD_FIELDS, "code", "stale")}])
+    store = tmp_path / "store"
+    rc, out, err = _run([*GRID, f"data.root={tmp_path / 'data_here'}", "--store-dir", str(store), "--import", str(f),
+                         "--render-only"])
+    assert rc == 0, err
+    assert f"{f}: 1 records: 1 imported\n" in err and _table(out) == made["table"]
+    (run,) = _kids(store)
+    assert "flplat.import.no_config" not in run.data.tags and run.data.tags["flplat.code"] == rec["code"]["key"]

@@ -15,7 +15,8 @@ What was decided and why:
   other code is counted and marked, and ``--rerun-stale`` trains it again, as any run of other code.
 * **Records without a config** (written before records carried it) are matched to the jobs the table defines now
   (with the import's ``--set``) at the record's scale, by table, cell, member of a pooled cell, method and seed. The
-  job whose config hash is the record's ``config_key`` is the config it ran, to the hash: it is keyed as that job,
+  job whose config hash is the record's ``config_key`` (the job's own, or the job's with ``data.root`` unset: a run
+  made without it) is the config it ran, to the hash: it is keyed as that job,
   with the code the record gave (unknown code when none). Otherwise the record is taken for its job only when these
   name exactly one job; such a run is tagged ``flplat.import.no_config`` and counts as unknown code
   (:data:`~.store.NO_CONFIG`: the tables say how many of their runs are such), since nothing says it ran that
@@ -38,6 +39,7 @@ its table's parent run; plus where it came from: ``flplat.import.file`` (the fil
 
 from __future__ import annotations
 
+import functools
 import math
 import subprocess
 import tempfile
@@ -245,13 +247,39 @@ def _keyed(rec: dict, path: Path, jobs: _Jobs) -> tuple[Item, str | None]:
                     (str(path), None), member=rec.get("member")), rec.get("metric")
     found, metric = jobs.find(paper, rec["table"], scale, rec["cell"], rec["method"], rec.get("seed"),
                               rec.get("member"))
-    same = [j for j in found if j.key == rec.get("config_key")]  # the config it ran is the job's, to the hash
+    # the config it ran is the job's, to the hash (wherever its inputs were: the job's keys at the default location)
+    same = [j for j in found if rec.get("config_key") in (j.key, _key_at_default_location(j))]
     if not same and len(found) != 1:
         names = sorted(f"s{j.seed}" + (f" {j.member}" if j.member else "") for j in found)
         raise _Unmatched(f"table, cell, method and scale name {len(found)} jobs ({', '.join(names)}) and its config "
                          "hash is none of theirs: the record gives no seed or member to tell them apart")
     job = (same or found)[0]
     return Item(paper, job.key, _params(job.resolved), parent, not same, (str(path), None), member=job.member), metric
+
+
+def _key_at_default_location(job: Job) -> str:
+    """``job``'s config hash with its :data:`~flplat.config_io.LOCATION_KEYS` at their defaults: the key of a run of
+    that job made without them set (a record without a config carries only its hash)."""
+    from omegaconf import OmegaConf
+
+    from flplat.config_io import LOCATION_KEYS, config_key
+
+    d = OmegaConf.create(job.resolved)
+    defaults = _location_defaults()
+    for key in LOCATION_KEYS:
+        OmegaConf.update(d, key, defaults[key], merge=False)
+    return config_key(d)
+
+
+@functools.cache
+def _location_defaults() -> dict:
+    from omegaconf import OmegaConf
+
+    from flplat.config_io import LOCATION_KEYS
+    from flplat.configure import load_config
+
+    cfg = load_config(None, [])
+    return {key: OmegaConf.select(cfg, key) for key in LOCATION_KEYS}
 
 
 def record_cfg(config: dict, overrides: Sequence[str] = ()):
