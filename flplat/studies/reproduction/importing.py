@@ -248,7 +248,8 @@ def _keyed(rec: dict, path: Path, jobs: _Jobs) -> tuple[Item, str | None]:
     found, metric = jobs.find(paper, rec["table"], scale, rec["cell"], rec["method"], rec.get("seed"),
                               rec.get("member"))
     # the config it ran is the job's, to the hash (wherever its inputs were: the job's keys at the default location)
-    same = [j for j in found if rec.get("config_key") in (j.key, _key_at_default_location(j))]
+    key = rec.get("config_key")
+    same = [j for j in found if key == j.key or key == _key_at_default_location(j)]  # the second hash only if needed
     if not same and len(found) != 1:
         names = sorted(f"s{j.seed}" + (f" {j.member}" if j.member else "") for j in found)
         raise _Unmatched(f"table, cell, method and scale name {len(found)} jobs ({', '.join(names)}) and its config "
