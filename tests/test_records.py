@@ -400,6 +400,28 @@ def test_committed_records_of_pooled_cells_name_their_member():
     assert seen > 300 and not bad, bad[:5]
 
 
+def test_committed_flux_records_of_the_tuned_pfedme_row_carry_their_config():
+    """Flux's "pFedMe" row took the point ``flplat tune`` chose (configs/flux/pfedme_tuned.yaml) after the first
+    level runs: the config-less records of those runs ran pFedMe's own paper's settings, and matched by table, cell,
+    method and seed they showed 10-30 % in the tuned row's cells. Every committed record of that row carries its
+    config (the old ones were trained again with ``--rerun-stale``), so none stands for a job it did not run."""
+    from omegaconf import OmegaConf
+
+    from flplat.studies.reproduction.records import read_records
+
+    tuned = OmegaConf.load(REPO / "configs" / "flux" / "pfedme_tuned.yaml").algorithm
+    point = {k: float(tuned[k]) for k in ("lam", "lr", "personal_lr")}
+    bad, seen = [], 0
+    for f in sorted((REPO / "docs" / "results" / "flux" / "reproduce").glob("*_runs.jsonl")):
+        for n, rec in enumerate(read_records(f), 1):
+            if rec.get("method") == "pFedMe":
+                seen += 1
+                algo = (rec.get("config") or {}).get("algorithm", {})
+                if rec.get("config_inferred") or {k: algo.get(k) for k in point} != point:
+                    bad.append(f"{f.name}:{n} {rec['cell']} s{rec['seed']}")
+    assert seen > 50 and not bad, bad[:5]
+
+
 def test_a_record_made_under_another_data_root_is_this_machines_run(made, tmp_path):
     """Where the inputs were is not what a run computed: a record whose config names another ``data.root`` (another
     machine's directory) is keyed with the importing command's, so the grid of this machine finds it finished."""
