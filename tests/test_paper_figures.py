@@ -242,3 +242,25 @@ def test_cafa_fig4_rows_keep_every_seed_under_baseline_seeds():
     jobs = rp.plan("cafa", f4, "smoke", [0, 1, 2], None, ["fmnist"], [], "e", "d", baseline_seeds=1)
     assert {(j.method, j.seed) for j in jobs} == {(m, s) for m in ("k", "silhouette at k") for s in (0, 1, 2)}
     assert len({j.key for j in jobs}) == 3
+
+
+# ------------------------------------------------------------------------------------------------- colours
+@pytest.mark.parametrize("n", [3, 13, 20, 23])
+def test_every_method_of_a_bar_chart_has_its_own_look(tmp_path, monkeypatch, n):
+    """Clust-PSI-PFL's 13 methods and Flux's 14 rows in one chart: no two methods share a colour up to 20 methods
+    (matplotlib's default cycle has 10), and past 20 a hatch tells the repeated colours apart."""
+    import matplotlib.pyplot as plt
+
+    from flplat.studies.reproduction import figures
+
+    drawn = []
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
+    ours = {(c, f"m{i}"): [0.5 + i / 100] for c in ("a", "b") for i in range(n)}
+    figures.plot_cells(ours, "t", "y", str(tmp_path / "f.png"))
+    (ax,) = drawn[0].axes
+    from matplotlib.container import BarContainer
+
+    bars = [b for b in ax.containers if isinstance(b, BarContainer)]
+    looks = {(tuple(b.patches[0].get_facecolor()), b.patches[0].get_hatch() or "") for b in bars}
+    assert len(bars) == n and len(looks) == n
+    assert (tmp_path / "f.png").stat().st_size > 0

@@ -8,6 +8,22 @@ import statistics
 from flplat.studies.reproduction.grid import FigureContext
 
 
+def method_colour(i: int, n: int) -> tuple[float, float, float]:
+    """The colour of the ``i``-th of ``n`` methods: matplotlib's tab10 up to 10 methods; from 11 on tab20's 20
+    colours, its dark shades first and then the light ones, so that no two of up to 20 methods share a colour (the
+    Flux tables have 14 rows, Clust-PSI-PFL's 13). Past 20 the colours repeat; :func:`method_hatch` tells them apart."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return colormaps["tab10"].colors[i % 10]
+    return colormaps["tab20"].colors[(2 * i) % 20 + (2 * i) // 20 % 2]
+
+
+def method_hatch(i: int) -> str:
+    """A hatch pattern for the bars of methods past the 20th (their colours repeat): none before."""
+    return ("", "//", "..", "xx")[i // 20 % 4]
+
+
 def plot_cells(ours: dict[tuple[str, str], list[float]], title: str, ylabel: str, path: str) -> None:
     """A grouped bar chart of our means (± std over seeds): one group per cell, one bar per method."""
     import matplotlib
@@ -24,7 +40,8 @@ def plot_cells(ours: dict[tuple[str, str], list[float]], title: str, ylabel: str
         vals = [ours.get((c, m), []) for c in cells]
         mean = [statistics.fmean(v) if v else np.nan for v in vals]
         sd = [statistics.pstdev(v) if len(v) > 1 else 0.0 for v in vals]
-        ax.bar(np.arange(len(cells)) + i * w, mean, w, yerr=sd, label=m)
+        ax.bar(np.arange(len(cells)) + i * w, mean, w, yerr=sd, label=m, color=method_colour(i, len(methods)),
+               hatch=method_hatch(i))
     ax.set_xticks(np.arange(len(cells)) + 0.4 - w / 2)
     ax.set_xticklabels(cells, rotation=45, ha="right", fontsize=8)
     ax.set(ylabel=ylabel, title=title)
@@ -45,6 +62,7 @@ def plot_curves(ctx: FigureContext, metric: str, title: str, ylabel: str) -> Non
     cells = list(dict.fromkeys(c for c, _ in ctx.runs))
     if not cells:
         return
+    methods = list(dict.fromkeys(m for _, m in ctx.runs))
     cols = min(len(cells), 2)
     rows = (len(cells) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.6 * rows), squeeze=False)
@@ -55,7 +73,8 @@ def plot_curves(ctx: FigureContext, metric: str, title: str, ylabel: str) -> Non
             hists = [dict(ctx.history(r, metric)) for r in ids]
             steps = sorted(set().union(*hists)) if hists else []
             if steps:
-                ax.plot(steps, [np.mean([h[s] for h in hists if s in h]) for s in steps], label=m, lw=1.2)
+                ax.plot(steps, [np.mean([h[s] for h in hists if s in h]) for s in steps], label=m, lw=1.2,
+                        color=method_colour(methods.index(m), len(methods)))
         ax.set(title=c, xlabel="round", ylabel=ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
@@ -81,10 +100,9 @@ def plot_series(ctx: FigureContext, panels: dict[str, list[tuple[float, str]]], 
     if not methods:
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
-    colours = plt.get_cmap("tab20").colors
     for ax, (name, points) in zip(axes.flat, panels.items()):
         for i, m in enumerate(methods):
-            colour = colours[(2 * i) % 20 + (2 * i) // 20 % 2]  # the dark shades first, then the light ones
+            colour = method_colour(i, len(methods))
             ours = [(x, [v * scale_factor for v in ctx.ours.get((c, m), [])]) for x, c in points]
             ours = [(x, v) for x, v in ours if v]
             if ours:
