@@ -240,10 +240,13 @@ def _fig8(ctx, data: str = "ACSIncome"):
     import numpy as np
 
     from flplat.metrics.evaluation import ecdf
+    from flplat.studies.reproduction.figures import method_colour
 
     cells = list(dict.fromkeys(c for c, _ in ctx.runs))
     if not cells:
         return
+    methods = list(dict.fromkeys(m for _, m in ctx.runs))
+    colour = {m: method_colour(i, len(methods)) for i, m in enumerate(methods)}  # 13: matplotlib's cycle has 10
     cols = min(3, len(cells))
     rows = (len(cells) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(max(7.0, 5 * cols), 3.6 * rows + 0.4), squeeze=False)
@@ -257,7 +260,7 @@ def _fig8(ctx, data: str = "ACSIncome"):
             acc = acc[np.isfinite(acc)]
             if acc.size:
                 x, f = ecdf(acc)
-                ax.step(x, f, where="post", label=m, lw=1.1)
+                ax.step(x, f, where="post", label=m, lw=1.1, color=colour[m])
                 drawn = True
         ax.set(title=c, xlabel="local test accuracy", ylabel="ECDF", xlim=(0, 1))
         ax.grid(alpha=0.3)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flplat.studies.reproduction.figures import method_colour
 from flplat.studies.reproduction.grid import FigureContext
 
 
@@ -72,12 +73,13 @@ def fig5(ctx: FigureContext, ks: dict[str, int]) -> None:
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     methods = list(dict.fromkeys(m for _, m in ctx.ours))
+    colour = {m: method_colour(i, len(methods)) for i, m in enumerate(methods)}  # one colour per method in all panels
     for ax, kind, label in ((axes[0], "known", "known association"), (axes[1], "test", "test phase")):
         for m in methods:
             pts = [(k, statistics.fmean(ctx.ours[(f"{p}_{kind}", m)])) for p, k in ks.items()
                    if ctx.ours.get((f"{p}_{kind}", m))]
             if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3, label=m)
+                ax.plot(*zip(*pts), marker="o", ms=3, label=m, color=colour[m])
         ax.set(title=label, xlabel="number of clients K", ylabel="accuracy", xscale="log")
     for m in methods:
         pts = []
@@ -86,7 +88,7 @@ def fig5(ctx: FigureContext, ks: dict[str, int]) -> None:
             if secs:
                 pts.append((k, statistics.fmean(secs)))
         if pts:
-            axes[2].plot(*zip(*pts), marker="o", ms=3, label=m)
+            axes[2].plot(*zip(*pts), marker="o", ms=3, label=m, color=colour[m])
     axes[2].set(title="time of a run (all its rounds)", xlabel="number of clients K", ylabel="seconds (log2 axis)",
                 xscale="log")
     axes[2].set_yscale("log", base=2)
@@ -113,11 +115,13 @@ def sweep(ctx: FigureContext, parse: Callable[[str], tuple[str, float] | None], 
         points.setdefault(where[0], {}).setdefault(m, []).append((where[1], statistics.fmean(vals), se))
     if not points:
         return
+    methods = list(dict.fromkeys(m for rows in points.values() for m in rows))
+    colour = {m: method_colour(i, len(methods)) for i, m in enumerate(methods)}
     fig, axes = plt.subplots(1, len(points), figsize=(max(7.0, 4.6 * len(points)), 3.6), squeeze=False)
     for ax, (panel, rows) in zip(axes.flat, points.items()):
         for m, pts in rows.items():
             x, y, e = zip(*sorted(pts))
-            ax.errorbar(x, y, yerr=e, marker="o", ms=3, capsize=3, label=m)
+            ax.errorbar(x, y, yerr=e, marker="o", ms=3, capsize=3, label=m, color=colour[m])
         ax.set(title=panel, xlabel=xlabel, ylabel=metric.replace("_", " "), xscale="log" if xlog else "linear")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)

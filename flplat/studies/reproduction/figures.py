@@ -63,6 +63,7 @@ def plot_curves(ctx: FigureContext, metric: str, title: str, ylabel: str) -> Non
     if not cells:
         return
     methods = list(dict.fromkeys(m for _, m in ctx.runs))
+    colour = {m: method_colour(i, len(methods)) for i, m in enumerate(methods)}
     cols = min(len(cells), 2)
     rows = (len(cells) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 3.6 * rows), squeeze=False)
@@ -74,7 +75,7 @@ def plot_curves(ctx: FigureContext, metric: str, title: str, ylabel: str) -> Non
             steps = sorted(set().union(*hists)) if hists else []
             if steps:
                 ax.plot(steps, [np.mean([h[s] for h in hists if s in h]) for s in steps], label=m, lw=1.2,
-                        color=method_colour(methods.index(m), len(methods)))
+                        color=colour[m])
         ax.set(title=c, xlabel="round", ylabel=ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
