@@ -99,3 +99,61 @@ def test_per_client_gradient_scaling_is_grad_scaler_and_torch_optim(name, moment
     assert opt.skipped.tolist() == [2, 2, 1]
     if name != "sgd":
         assert [opts[k].state[refs[k][0]]["step"].item() for k in range(3)] == [5, 5, 4]
+
+
+class _HostOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the operators that, on a GPU, move data between host and device: a tensor made from host data
+    (``lift_fresh``: a host-to-device copy) and a value read back (``_local_scalar_dense``: ``.item()`` / ``bool()``,
+    a device-to-host copy and a stream sync)."""
+
+    NAMES = ("lift_fresh", "_local_scalar_dense", "is_nonzero")
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += any(n in str(func) for n in self.NAMES)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name,momentum,wd", [("adam", 0, 0.01), ("adamw", 0, 0.01), ("sgd", 0.9, 0.01)],
+                         ids=["adam", "adamw", "sgd"])
+@pytest.mark.parametrize("fused,scaled", [(True, False), (False, False), (True, True)],
+                         ids=["fused", "formulas", "gradient-scaler"])
+def test_functional_optimizer_steps_move_nothing_between_host_and_device(name, momentum, wd, fused, scaled):
+    """The vectorised engine's steps on a GPU: no step makes a tensor from host data or reads one back, so the
+    number of such operations does not grow with the number of steps (was: a step-count tensor per parameter per
+    step for fused Adam, ``bool(skip.any())`` per step under a gradient scaler)."""
+    gen = torch.Generator().manual_seed(2)
+
+    def ops(steps: int) -> int:
+        stacked, _ = _clients(gen)
+        opt = FunctionalOptimizer(name, stacked, 0.01, momentum, wd, fused=fused)
+        grads = [torch.randn(s, generator=gen) for s in SHAPES]
+        skip = torch.tensor([False, True, False]) if scaled else None
+        with _HostOps() as mode:
+            for _ in range(steps):
+                opt.step(grads, 3, skip)
+        return mode.count
+
+    assert ops(8) == ops(2)
+
+
+@pytest.mark.parametrize("name,momentum,wd", CASES, ids=[f"{n}-m{m}-wd{w}" for n, m, w in CASES])
+def test_the_loops_fused_optimizer_is_its_default_one_to_rounding(name, momentum, wd):
+    """``make_optimizer(fused=True)`` (the per-client loop's choice on CUDA) takes the same steps as the default
+    single-tensor optimizer, to float rounding."""
+    gen = torch.Generator().manual_seed(3)
+    plain = _clients(gen)[1][0]  # one client's parameters
+    fused = [p.detach().clone().requires_grad_() for p in plain]
+    opts = [make_optimizer(name, plain, 0.01, momentum, wd), make_optimizer(name, fused, 0.01, momentum, wd, True)]
+    assert opts[1].defaults["fused"] and not opts[0].defaults.get("fused")
+    for _ in range(5):
+        grads = [torch.randn(p.shape, generator=gen) for p in plain]
+        for params, opt in zip((plain, fused), opts):
+            for p, d in zip(params, grads):
+                p.grad = d.clone()
+            opt.step()
+    for a, b in zip(plain, fused):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

@@ -177,7 +177,9 @@ class ClientTrainer:
         opt = self._optimizers.get(key)
         if opt is None:
             name, momentum, wd = settings.optimizer
-            raw = make_optimizer(name, self._part_params[settings.trainable], settings.lr, momentum, wd)
+            # CUDA: torch.optim's fused kernels (with 16-mixed, GradScaler then reads no inf flag back per batch)
+            raw = make_optimizer(name, self._part_params[settings.trainable], settings.lr, momentum, wd,
+                                 fused=self.fabric.device.type == "cuda")
             opt = self._optimizers[key] = self.fabric.setup_optimizers(raw)
         opt.optimizer.state.clear()  # fresh optimizer state for every client
         for g in opt.param_groups:

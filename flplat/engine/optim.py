@@ -25,14 +25,21 @@ ADAM_BETAS = (0.9, 0.999)  # torch.optim's defaults, passed explicitly to both i
 ADAM_EPS = 1e-8
 
 
-def make_optimizer(name: str, params, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
-    """The per-client loop's optimizer (``momentum`` is SGD's; Adam and AdamW use :data:`ADAM_BETAS`)."""
+def make_optimizer(name: str, params, lr: float, momentum: float, weight_decay: float,
+                   fused: bool = False) -> torch.optim.Optimizer:
+    """The per-client loop's optimizer (``momentum`` is SGD's; Adam and AdamW use :data:`ADAM_BETAS`).
+
+    ``fused=True``: torch.optim's fused kernels (the loop asks for them on CUDA): one kernel per step instead of
+    several per parameter, and with ``16-mixed`` ``GradScaler.step`` hands them its inf flag as a device tensor
+    instead of reading it on the host (``found_inf.item()``, one device-to-host copy and stream sync per batch).
+    They agree with the default single-tensor path to float rounding (~1e-7 relative)."""
+    extra = {"fused": True} if fused else {}
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=weight_decay)
+        return torch.optim.Adam(params, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=weight_decay, **extra)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=weight_decay)
+        return torch.optim.AdamW(params, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=weight_decay, **extra)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, **extra)
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
@@ -62,7 +69,11 @@ class FunctionalOptimizer:
     zeroed buffers shaped like ``params``, one list per moment, to use instead).
 
     Every client takes the same number of steps unless a step skips some of them (``16-mixed``: an inf in their
-    gradients); Adam then keeps a step count per client, as each client's own ``torch.optim.Adam`` would."""
+    gradients); Adam then keeps a step count per client, as each client's own ``torch.optim.Adam`` would. A step
+    given ``skip`` (every step under a gradient scaler) runs the spelled-out formulas with per-client step counts and
+    keeps the skipped clients' rows by a mask, all on the device: no step reads a value back to the host (which
+    would cost a device-to-host copy and a stream sync per batch on a GPU). The fused kernels read their step count
+    from one device tensor filled in place, so a step copies nothing from the host either."""
 
     def __init__(self, name: str, params: list[torch.Tensor], lr: float, momentum: float, weight_decay: float,
                  fused: bool = True, state: list[list[torch.Tensor]] | None = None):
@@ -70,7 +81,8 @@ class FunctionalOptimizer:
             raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
         self.name, self.params, self.lr, self.momentum, self.wd = name, params, lr, momentum, weight_decay
         self.betas, self.eps, self.t = ADAM_BETAS, ADAM_EPS, 0
-        self.skipped: torch.Tensor | None = None  # (G,) steps each client skipped; None while none did
+        self.skipped: torch.Tensor | None = None  # (G,) steps each client skipped; None until a step gets ``skip``
+        self._step_t: torch.Tensor | None = None  # the fused kernels' step count (filled in place every step)
         self.fused = fused and hasattr(torch, "_fused_adam_") and all(
             p.device.type in ("cpu", "cuda") and _dense(p[:1]) for p in params)  # a prefix of clients: dense too
         self.state = state if state is not None else [[torch.zeros_like(p) for p in params]
@@ -87,33 +99,25 @@ class FunctionalOptimizer:
         clients whose step is skipped (their parameters and state stay as they are)."""
         params = [p[:g] for p in self.params]
         state = [[s[:g] for s in st] for st in self.state]
-        kept = None
-        if skip is not None and bool(skip.any()):
+        self.t += 1
+        if skip is not None or self.skipped is not None:
+            if skip is None:
+                skip = torch.zeros(g, dtype=torch.bool, device=params[0].device)
             if self.skipped is None:
                 self.skipped = torch.zeros(self.params[0].shape[0], dtype=torch.long, device=skip.device)
             self.skipped[:g] += skip
-            kept = [(t, t[skip].clone()) for t in params + [s for st in state for s in st]]
-        self.t += 1
-        t = self._count(g)
-        if self.fused and isinstance(t, int):  # the kernels walk params, grads and state as flat memory
+            keep = ~skip
+            if self.name == "sgd":
+                self._sgd(params, grads, state, self.t - self.skipped[:g], keep)
+            else:
+                self._adam(params, grads, state, self.t - self.skipped[:g], keep)
+        elif self.fused:  # the kernels walk params, grads and state as flat memory
             self._fused(params, [d if d.stride() == p.stride() else torch.empty_like(p).copy_(d)
-                                 for p, d in zip(params, grads)], state, t)
+                                 for p, d in zip(params, grads)], state, self.t)
         elif self.name == "sgd":
             self._sgd(params, grads, state)
         else:
-            self._adam(params, grads, state, t)
-        for tensor, rows in kept or ():
-            tensor[skip] = rows
-
-    def _count(self, g: int) -> int | torch.Tensor:
-        """The step number of clients ``[:g]``: one int while they agree, else a ``(g,)`` tensor (Adam only: SGD's
-        update does not depend on it, its momentum buffer starting at zero)."""
-        if self.skipped is None or self.name == "sgd":
-            return self.t
-        lag = self.skipped[:g]
-        if bool((lag == lag[0]).all()):
-            return self.t - int(lag[0])
-        return self.t - lag
+            self._adam(params, grads, state, self.t)
 
     def _fused(self, params, grads, state, t: int) -> None:
         if self.name == "sgd":
@@ -121,33 +125,56 @@ class FunctionalOptimizer:
             torch._fused_sgd_(params, grads, state[0] if state else [], weight_decay=self.wd, momentum=self.momentum,
                               lr=self.lr, dampening=0.0, nesterov=False, maximize=False, is_first_step=t == 1)
             return
-        steps = [torch.tensor(float(t), device=p.device) for p in params]
+        if self._step_t is None:
+            self._step_t = torch.zeros((), dtype=torch.float32, device=params[0].device)
+        self._step_t.fill_(float(t))  # a kernel argument: no tensor made on the host and copied over
         fn = torch._fused_adamw_ if self.name == "adamw" else torch._fused_adam_
-        fn(params, grads, state[0], state[1], [], steps, amsgrad=False, lr=self.lr, beta1=self.betas[0],
-           beta2=self.betas[1], weight_decay=self.wd, eps=self.eps, maximize=False)
+        fn(params, grads, state[0], state[1], [], [self._step_t] * len(params), amsgrad=False, lr=self.lr,
+           beta1=self.betas[0], beta2=self.betas[1], weight_decay=self.wd, eps=self.eps, maximize=False)
 
-    def _sgd(self, params, grads, state) -> None:  # torch.optim.sgd._single_tensor_sgd, dampening 0, no nesterov
+    def _sgd(self, params, grads, state, t: torch.Tensor | None = None, keep: torch.Tensor | None = None) -> None:
+        """torch.optim.sgd._single_tensor_sgd, dampening 0, no nesterov; with ``keep`` (and the per-client step
+        numbers ``t``) only those clients change."""
         for i, (p, d) in enumerate(zip(params, grads)):
             if self.wd != 0:
                 d = d.add(p, alpha=self.wd)
             if self.momentum != 0:
                 buf = state[0][i]
-                if self.t == 1:
-                    buf.copy_(d)
-                else:
-                    buf.mul_(self.momentum).add_(d)
+                if keep is None:
+                    if self.t == 1:
+                        buf.copy_(d)
+                    else:
+                        buf.mul_(self.momentum).add_(d)
+                else:  # a client's first update (its momentum buffer still empty in torch.optim) copies d
+                    new = torch.where(_per_client(t == 1, buf), d, buf.mul(self.momentum).add_(d))
+                    buf.copy_(torch.where(_per_client(keep, buf), new, buf))
                 d = buf
-            p.add_(d, alpha=-self.lr)
+            if keep is None:
+                p.add_(d, alpha=-self.lr)
+            else:
+                p.copy_(torch.where(_per_client(keep, p), p.add(d, alpha=-self.lr), p))
 
-    def _adam(self, params, grads, state, t: int | torch.Tensor) -> None:
-        """torch.optim.adam._single_tensor_adam, no amsgrad; ``t`` per client (a tensor) after skipped steps."""
+    def _adam(self, params, grads, state, t: int | torch.Tensor, keep: torch.Tensor | None = None) -> None:
+        """torch.optim.adam._single_tensor_adam, no amsgrad; ``t`` per client (a tensor) under a gradient scaler,
+        where only the clients ``keep`` change."""
         lr, wd, (b1, b2) = self.lr, self.wd, self.betas
         if isinstance(t, int):
             step_size, bc2_sqrt = lr / (1 - b1 ** t), (1 - b2 ** t) ** 0.5
-        else:
-            tt = t.double()
+        else:  # a client that has not stepped yet has t = 0: its (infinite) step size is masked out below
+            tt = t.clamp(min=1).double()
             step_size, bc2_sqrt = (lr / (1 - b1 ** tt)).float(), ((1 - b2 ** tt) ** 0.5).float()
         for p, d, m, v in zip(params, grads, state[0], state[1]):
+            if keep is not None:
+                kp = _per_client(keep, p)
+                if wd != 0 and self.name == "adamw":
+                    p.copy_(torch.where(kp, p.mul(1 - lr * wd), p))
+                elif wd != 0:
+                    d = d.add(p, alpha=wd)
+                m.copy_(torch.where(kp, m.lerp(d, 1 - b1), m))
+                v.copy_(torch.where(kp, v.mul(b2).addcmul_(d, d, value=1 - b2), v))
+                denom = (v.sqrt() / _per_client(bc2_sqrt, v)).add_(self.eps)
+                p.copy_(torch.where(kp, p - m / denom * _per_client(step_size, p), p))
+                continue
             if wd != 0:
                 if self.name == "adamw":
                     p.mul_(1 - lr * wd)
@@ -155,11 +182,7 @@ class FunctionalOptimizer:
                     d = d.add(p, alpha=wd)
             m.lerp_(d, 1 - b1)
             v.mul_(b2).addcmul_(d, d, value=1 - b2)
-            if isinstance(t, int):
-                p.addcdiv_(m, (v.sqrt() / bc2_sqrt).add_(self.eps), value=-step_size)
-            else:
-                denom = (v.sqrt() / _per_client(bc2_sqrt, v)).add_(self.eps)
-                p.sub_(m / denom * _per_client(step_size, p))
+            p.addcdiv_(m, (v.sqrt() / bc2_sqrt).add_(self.eps), value=-step_size)
 
 
 class StackedGradScaler:
