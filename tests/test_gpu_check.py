@@ -158,6 +158,11 @@ def test_table_speed_up_and_docs_section(gc_mod, tmp_path):
     m.write_docs(rep.to_json(), path)
     text = path.read_text()
     assert "old text" not in text and "## Machine" in text and "| LeNet-5 | 1,000 |" in text
+    earlier = rep.to_json()
+    earlier["meta"] = {**earlier["meta"], "commit": "def", "date": "2025-12-31"}
+    m.write_docs([rep.to_json(), earlier], path)  # several runs: one block each, in the order given
+    text = path.read_text()
+    assert text.index("commit abc") < text.index("commit def") and text.count("| LeNet-5 | 1,000 | fedavg | loop") == 2
 
 
 def test_the_docs_gpu_section_is_the_scripts(gc_mod):

@@ -3,7 +3,7 @@
     python tools/benchmarks/gpu_check.py --out $OUT --budget-s 480 --write-docs   # one GPU, at most 8 minutes
     python tools/benchmarks/gpu_check.py --tiny --out /tmp/gpu_check              # CPU, toy sizes, < 1 minute (CI)
     # docs from results fetched from a GPU box
-    python tools/benchmarks/gpu_check.py --render $OUT/gpu_check.json --write-docs
+    python tools/benchmarks/gpu_check.py --render $OUT/gpu_check.json --write-docs  # several files: latest first
 
 Checks (each independent: one that fails or raises does not stop the others; each prints one
 ``PASS`` / ``FAIL`` / ``SKIP`` line with its reason):
@@ -48,8 +48,8 @@ grid always gets the rest), and whatever is left when the budget is spent is SKI
 ``gpu_check.json`` and ``gpu_check.md`` in ``--out`` (default ``$OUT``) are rewritten after every result, so a
 run killed from outside still leaves what it measured. ``--write-docs`` puts the Markdown (device, command, date)
 into the "## GPU" section of docs/performance.md. The results name the device, the versions and the commit
-(``git rev-parse``; in a copy of the checkout without ``.git``, ``$GPU_CHECK_COMMIT``). Exit status: 0 when nothing
-FAILed, 1 otherwise, 2 on bad arguments (e.g. no CUDA device without ``--tiny``).
+(``$GPU_CHECK_COMMIT`` where set, else ``git rev-parse``: a copy of the checkout may carry a stale ``.git``). Exit
+status: 0 when nothing FAILed, 1 otherwise, 2 on bad arguments (e.g. no CUDA device without ``--tiny``).
 
 Every value a machine may need to adapt -- overrides, tolerances, sizes, caps -- is in the block below.
 The runs go through the public entry points only (``flplat.experiment.load_config`` / ``run``, config keys
@@ -326,10 +326,10 @@ OmegaConf, the one pure-Python package the check needs beyond them, and put the 
 ```bash
 # here: copies OmegaConf into .gpu_site/ (git-ignored)
 python tools/benchmarks/gpu_check.py --bundle-deps .gpu_site
-# there, with the checkout and .gpu_site/
-PYTHONPATH=.gpu_site python3 tools/benchmarks/gpu_check.py --out $OUT --budget-s 480
+# there, with the checkout and .gpu_site/ (GPU_CHECK_COMMIT: the commit the copy holds, `git rev-parse HEAD` here)
+GPU_CHECK_COMMIT=<commit> PYTHONPATH=.gpu_site python3 tools/benchmarks/gpu_check.py --out $OUT --budget-s 480
 # here, with the fetched results file
-python tools/benchmarks/gpu_check.py --render gpu_check.json --write-docs
+python tools/benchmarks/gpu_check.py --render gpu_check.json --write-docs   # several runs: the latest first
 ```
 
 CI runs the same checks on CPU at toy size (`python tools/benchmarks/gpu_check.py --tiny`,
@@ -339,12 +339,14 @@ platform's interfaces.
 NOT_RUN = "**Not run on a GPU yet**: no GPU was available to this work so far; the check above is ready.\n"
 
 
-def docs_section(data: dict | None) -> str:
-    """The body of the docs' GPU section: how to run the check, then the results of ``data`` (None: not run yet)."""
-    return DOCS_INTRO + "\n### Results\n\n" + (render(data) if data is not None else NOT_RUN)
+def docs_section(data: dict | list[dict] | None) -> str:
+    """The body of the docs' GPU section: how to run the check, then the results of ``data`` (None: not run yet),
+    one block per run when ``data`` lists several (in the order given: the latest first)."""
+    runs = [] if data is None else [data] if isinstance(data, dict) else list(data)
+    return DOCS_INTRO + "\n### Results\n\n" + ("\n".join(render(d) for d in runs) if runs else NOT_RUN)
 
 
-def write_docs(data: dict, path: Path = DOCS) -> None:
+def write_docs(data: dict | list[dict], path: Path = DOCS) -> None:
     path.write_text(replace_section(path.read_text(), docs_section(data)))
     print(f"wrote the '{SECTION}' section of {path}", flush=True)
 
@@ -894,12 +896,16 @@ def describe(device: str) -> dict:
         meta["device_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
     else:
         meta["device"] = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores; no CUDA)"
-    try:  # a copy of the checkout without .git (a lent GPU machine): $GPU_CHECK_COMMIT names it
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    meta["commit"] = commit or os.environ.get("GPU_CHECK_COMMIT") or "unknown"
+    # $GPU_CHECK_COMMIT first: a lent GPU machine gets a copy of the working tree whose .git may name another
+    # commit (seen: the session's first commit, after the tree had moved on)
+    commit = os.environ.get("GPU_CHECK_COMMIT", "")[:7]
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                    text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            commit = ""
+    meta["commit"] = commit or "unknown"
     return meta
 
 
@@ -922,7 +928,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--tiny", action="store_true", help="CPU, toy sizes (CI): CUDA-only assertions SKIP")
     ap.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join([*CHECKS, 'grid'])}")
     ap.add_argument("--write-docs", action="store_true", help=f"replace the '{SECTION}' section of {DOCS.name}")
-    ap.add_argument("--render", metavar="JSON", help="no runs: render a gpu_check.json (with --write-docs: into docs)")
+    ap.add_argument("--render", metavar="JSON", nargs="+",
+                    help="no runs: render gpu_check.json files, the latest first (with --write-docs: into docs)")
     ap.add_argument("--bundle-deps", metavar="DIR", help=f"no runs: copy {', '.join(BUNDLED)} into DIR (to carry)")
     args = ap.parse_args(argv)
     if args.write_docs and args.tiny:
@@ -943,14 +950,15 @@ def main(argv=None) -> int:
         bundle_deps(Path(args.bundle_deps))
         return 0
     if args.render:
-        data = json.loads(Path(args.render).read_text())
-        print(render(data), end="")
-        if args.write_docs and data.get("meta", {}).get("tiny"):
-            print(f"gpu_check: {args.render} holds a --tiny (CPU) run; allowed with --write-docs: a GPU run's results",
+        runs = [json.loads(Path(f).read_text()) for f in args.render]
+        print("\n".join(render(d) for d in runs), end="")
+        tiny = [f for f, d in zip(args.render, runs) if d.get("meta", {}).get("tiny")]
+        if args.write_docs and tiny:
+            print(f"gpu_check: {tiny[0]} holds a --tiny (CPU) run; allowed with --write-docs: a GPU run's results",
                   file=sys.stderr)
             return 2
         if args.write_docs:
-            write_docs(data)
+            write_docs(runs)
         return 0
     t0 = time.monotonic()
     import torch
