@@ -160,24 +160,30 @@ class VectorizedTrainer:
         earlier phase, its loss the mean over all its steps, its gradient scale the last phase's."""
         results = self._train_phase([(k, dataclasses.replace(plan, phases=()), idx, seed)
                                      for k, plan, idx, seed in jobs])
-        loss_sums = [r.train_loss * r.num_steps for r in results]
-        for depth in range(max((len(plan.phases) for _, plan, _, _ in jobs), default=0)):
-            ids = [i for i, (_, plan, _, _) in enumerate(jobs) if len(plan.phases) > depth]
+        phased = [i for i, (_, plan, _, _) in enumerate(jobs) if plan.phases]
+        extras = {i: dict(r.extra) for i, r in enumerate(results) if jobs[i][1].phases}
+        loss_sums = {i: results[i].train_loss * results[i].num_steps for i in phased}
+        steps = {i: results[i].num_steps for i in phased}
+        for depth in range(max((len(jobs[i][1].phases) for i in phased), default=0)):
+            ids = [i for i in phased if len(jobs[i][1].phases) > depth]
             phase_jobs = []
             for i in ids:
                 k, plan, idx, seed = jobs[i]
-                phase = plan.phases[depth]
-                results[i].extra.setdefault("phase_weights", []).append(results[i].weights)
-                start = phase.weights if phase.weights is not None else results[i].weights
-                phase_jobs.append((k, dataclasses.replace(phase, weights=start),
+                phase, before = plan.phases[depth], results[i].weights
+                extras[i].setdefault("phase_weights", []).append(before)
+                phase_jobs.append((k, dataclasses.replace(phase, weights=before if phase.weights is None
+                                                          else phase.weights),
                                    phase.indices if phase.indices is not None else idx, seed))
             for i, r in zip(ids, self._train_phase(phase_jobs)):
-                prev = results[i]
                 loss_sums[i] += r.train_loss * r.num_steps
-                steps = prev.num_steps + r.num_steps
-                results[i] = dataclasses.replace(
-                    r, num_samples=prev.num_samples, num_steps=steps, train_loss=loss_sums[i] / max(steps, 1),
-                    extra={**prev.extra, **r.extra})
+                steps[i] += r.num_steps
+                extras[i].update(r.extra)
+                results[i] = r
+        for i in phased:
+            r = results[i]
+            results[i] = ClientResult(client=r.client, weights=r.weights, num_samples=len(jobs[i][2]),
+                                      train_loss=loss_sums[i] / max(steps[i], 1), num_steps=steps[i],
+                                      extra=extras[i], loss_scale=r.loss_scale)
         return results
 
     def _train_phase(self, jobs: Sequence[Job]) -> list[ClientResult]:

@@ -343,7 +343,7 @@ def check_vectorize(t: Target) -> Result:
                                               f"{dev:.3g}")
         if not math.isclose(a.train_loss, b.train_loss, rel_tol=1e-5):
             return Result("vectorize", False, f"client {b.client}: train_loss {a.train_loss} != {b.train_loss}")
-        pa, pb = a.extra.get("phase_weights", []), b.extra.get("phase_weights", [])  # Ditto keeps the first
+        pa, pb = (r.extra.get("phase_weights", []) for r in (a, b))  # Ditto keeps the first
         if len(pa) != len(pb) or not all(torch.allclose(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(pa, pb)):
             return Result("vectorize", False, f"client {b.client}: the weights after its earlier phases differ from "
                                               "the per-client loop's")
