@@ -197,13 +197,15 @@ def test_dropout_runs_and_is_deterministic():
 # reason): the `vectorize` property of `flplat check`, run registry-wide by test_algorithms.py::test_conformance
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])
-def test_whole_run_matches_with_vectorize_on(algorithm):
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "ditto", "fedrep"])
+def test_whole_run_matches_with_vectorize_on(algorithm, caplog):
     hist = {}
     for v in ("false", "true"):
         cfg = load_config(None, tiny_overrides(**{"algorithm.name": algorithm, "federation.rounds": 3,
                                                   "federation.vectorize": v, "federation.eval_every": 3}))
-        hist[v] = run(cfg, progress=False)[0].history
+        with caplog.at_level(logging.WARNING, logger="flplat"):
+            hist[v] = run(cfg, progress=False)[0].history
+    assert not [r for r in caplog.records if "per-client loop" in r.getMessage()]  # every client ran vectorised
     for a, b in zip(hist["false"], hist["true"]):
         for k in a.keys() - {"round_time_s"}:
             assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), k
@@ -341,3 +343,52 @@ def test_gradient_scaler_state_does_not_carry_from_one_client_to_the_next():
     ex = LocalExecutor(tr, p.data, seed=0)
     results = ex.train([(0, ClientPlan(weights=p.init_weights)), (1, ClientPlan(weights=p.init_weights))], round=1)
     assert tr.loss_scale == min(r.loss_scale for r in results) < 2.0 ** 124
+
+
+# ---- plans with several local phases (Ditto, FedRep): phase by phase, as the loop runs them
+def test_ditto_shaped_phases_match_the_loop():
+    """Each client's own start weights with a proximal pull to a shared centre, then a phase from one weight vector
+    shared by every client (Ditto: the personal model, then the global one)."""
+    p = _prepare()
+    centre = p.init_weights * 0.5
+    jobs = [(k, ClientPlan(weights=w.weights, epochs=w.epochs, hooks=(ProximalTerm(centre, 0.3),),
+                           phases=(ClientPlan(weights=p.init_weights),)), i, s) for k, w, i, s in _jobs(p)]
+    vt = VectorizedTrainer(p.trainer)
+    assert all(vt.reason(plan) is None for _, plan, _, _ in jobs)
+    vec, loop = vt.train(jobs), [p.trainer.train(*j) for j in jobs]
+    _assert_match(vec, loop)
+    for a, b in zip(vec, loop):
+        assert len(a.extra["phase_weights"]) == 1
+        torch.testing.assert_close(a.extra["phase_weights"][0], b.extra["phase_weights"][0], rtol=1e-4, atol=1e-6)
+        assert not torch.equal(a.extra["phase_weights"][0], a.weights)
+
+
+def test_fedrep_shaped_phases_continue_from_the_previous_phase_and_match():
+    """Head epochs, then body epochs from the weights the head phase ended with (``weights=None``), one client with
+    a phase on other pool rows and one with a second further phase."""
+    p = _prepare()
+    jobs = []
+    for k, w, i, s in _jobs(p):
+        phases = [ClientPlan(weights=None, trainable="features", epochs=1 + k % 2,
+                             indices=p.data.indices(0, "train") if k == 3 else None)]
+        if k == 1:
+            phases.append(ClientPlan(weights=None, trainable="head", lr=0.01))
+        jobs.append((k, ClientPlan(weights=w.weights, trainable="head", epochs=w.epochs, phases=tuple(phases)), i, s))
+    vt = VectorizedTrainer(p.trainer)
+    assert all(vt.reason(plan) is None for _, plan, _, _ in jobs)
+    vec, loop = vt.train(jobs), [p.trainer.train(*j) for j in jobs]
+    _assert_match(vec, loop)
+    assert [len(r.extra["phase_weights"]) for r in vec] == [1, 2, 1, 1]
+    for a, b in zip(vec, loop):
+        for x, y in zip(a.extra["phase_weights"], b.extra["phase_weights"]):
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6)
+
+
+def test_a_phase_the_vectorised_trainer_cannot_run_sends_the_whole_plan_to_the_loop():
+    p = _prepare()
+    vt = VectorizedTrainer(p.trainer)
+    w = p.init_weights
+    assert "AfterStep" in vt.reason(ClientPlan(weights=w, phases=(ClientPlan(weights=None, hooks=(AfterStep(),)),)))
+    assert "batch_steps" in vt.reason(ClientPlan(weights=w, phases=(ClientPlan(weights=None, batch_steps=2),)))
+    assert "its own" in vt.reason(ClientPlan(weights=w, phases=(ClientPlan(weights=None, phases=(
+        ClientPlan(weights=None),)),)))

@@ -225,7 +225,9 @@ def test_unused_keys_are_logged_with_the_run(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- 5. saved models
-def test_global_model_saved_loaded_and_evaluated(store):
+def test_global_model_saved_loaded_and_evaluated(store, tmp_path, monkeypatch):
+    import tempfile
+
     import torch
 
     import flplat
@@ -249,6 +251,15 @@ def test_global_model_saved_loaded_and_evaluated(store):
         evaluate_run(run_id, which="cluster", index=0, store_dir=str(root))
     with pytest.raises(ConfigError, match="inputs"):
         evaluate_run(run_id, overrides=["data.features=5"], store_dir=str(root))
+    # the downloaded artifacts live in temporary directories that are removed again (each load once left two)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    flplat.load_model(run_id, which="global", store_dir=str(root))
+    evaluate_run(run_id, store_dir=str(root))
+    with pytest.raises(ConfigError, match="available: global"):
+        flplat.load_model(run_id, which="cluster", index=0, store_dir=str(root))
+    assert list(scratch.iterdir()) == []
 
 
 def test_cluster_and_personal_models(tmp_path):

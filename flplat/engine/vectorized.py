@@ -25,6 +25,9 @@ The two trainers share one client-execution core, so they cannot drift apart:
   its steps; a padded step normalises each client's batch with the statistics of its real samples only (see
   :mod:`flplat.maths.stacked`). The returned weights carry them, as the loop's flat vector does;
 * ``plan.trainable`` (only that part is updated; the rest gets no update and no state);
+* ``plan.phases`` (Ditto's personal then global model, FedRep's head then body): phase by phase, every client's
+  k-th phase in one vectorised set of groups, each starting from the phase's weights or the previous phase's
+  result, with the client-round seed, as the loop runs them one after the other (:meth:`VectorizedTrainer.train`);
 * hooks that declare :attr:`~flplat.protocol.strategy.LocalHook.vectorizes` (FedProx's proximal term): their
   :meth:`~flplat.protocol.strategy.LocalHook.functional_loss` is evaluated per client on its slices of the stacked
   parameters and added to its loss;
@@ -41,14 +44,15 @@ the stacked forward computes in float32 where the loop computes in 16 bits (agre
 
 Not vectorised (the executor trains these clients with the loop and logs why, once): models ``vmap`` cannot run
 (:func:`~flplat.maths.stacked.probe`) or whose normalisation state the stack cannot keep per client
-(:func:`~flplat.maths.stacked.stack_reason`), and plans that need the loop: several local phases (``phases``),
-several steps per batch (``batch_steps``: pFedMe), and hooks that do not declare
+(:func:`~flplat.maths.stacked.stack_reason`), and plans that need the loop: several steps per batch
+(``batch_steps``: pFedMe), phases with phases of their own, and hooks that do not declare
 :attr:`~flplat.protocol.strategy.LocalHook.vectorizes` (whose effect is more than ``functional_loss``: ``after_step``,
 ``finalize``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -122,12 +126,19 @@ class VectorizedTrainer:
         """Why this client must be trained by the per-client loop, or None."""
         if self.model_reason is not None:
             return self.model_reason
+        reason = self._phase_reason(plan)
+        for phase in plan.phases:
+            if reason is not None:
+                break
+            reason = "a phase with phases of its own" if phase.phases else self._phase_reason(phase)
+        return reason
+
+    def _phase_reason(self, plan: ClientPlan) -> str | None:
+        """Why one phase of a plan cannot run vectorised (its own settings, not its further phases), or None."""
         if plan.trainable not in self.parts:
             return f"ClientPlan.trainable={plan.trainable!r} is unknown"
         if plan.epochs == 0:
             return "ClientPlan.epochs=0 (no training)"
-        if plan.phases:
-            return "ClientPlan.phases (several local phases)"
         if plan.batch_steps != 1:
             return "ClientPlan.batch_steps > 1 (several steps per batch)"
         return next((r for r in map(hook_reason, plan.hooks) if r is not None), None)
@@ -142,8 +153,42 @@ class VectorizedTrainer:
     def train(self, jobs: Sequence[Job]) -> list[ClientResult]:
         """Train every job (all must have ``reason(plan) is None``); results in the order of ``jobs``.
 
-        Jobs are grouped by (trainable, lr, optimizer), sorted by their number of steps (similar clients share a
-        group, so few finish early) and cut into groups of ``group_size``."""
+        A plan with ``phases`` runs them phase by phase as the loop does: first every job's own phase, then the
+        jobs' first further phases as a new set of jobs (each from its phase's ``weights``, or from the weights its
+        previous phase ended with when None; on its phase's ``indices`` or the job's; the same client-round seed),
+        and so on. A result's weights are its last phase's, ``extra["phase_weights"]`` the weights after each
+        earlier phase, its loss the mean over all its steps, its gradient scale the last phase's."""
+        results = self._train_phase([(k, dataclasses.replace(plan, phases=()), idx, seed)
+                                     for k, plan, idx, seed in jobs])
+        phased = [i for i, (_, plan, _, _) in enumerate(jobs) if plan.phases]
+        extras = {i: dict(r.extra) for i, r in enumerate(results) if jobs[i][1].phases}
+        loss_sums = {i: results[i].train_loss * results[i].num_steps for i in phased}
+        steps = {i: results[i].num_steps for i in phased}
+        for depth in range(max((len(jobs[i][1].phases) for i in phased), default=0)):
+            ids = [i for i in phased if len(jobs[i][1].phases) > depth]
+            phase_jobs = []
+            for i in ids:
+                k, plan, idx, seed = jobs[i]
+                phase, before = plan.phases[depth], results[i].weights
+                extras[i].setdefault("phase_weights", []).append(before)
+                phase_jobs.append((k, dataclasses.replace(phase, weights=before if phase.weights is None
+                                                          else phase.weights),
+                                   phase.indices if phase.indices is not None else idx, seed))
+            for i, r in zip(ids, self._train_phase(phase_jobs)):
+                loss_sums[i] += r.train_loss * r.num_steps
+                steps[i] += r.num_steps
+                extras[i].update(r.extra)
+                results[i] = r
+        for i in phased:
+            r = results[i]
+            results[i] = ClientResult(client=r.client, weights=r.weights, num_samples=len(jobs[i][2]),
+                                      train_loss=loss_sums[i] / max(steps[i], 1), num_steps=steps[i],
+                                      extra=extras[i], loss_scale=r.loss_scale)
+        return results
+
+    def _train_phase(self, jobs: Sequence[Job]) -> list[ClientResult]:
+        """Train one-phase jobs: grouped by (trainable, lr, optimizer), sorted by their number of steps (similar
+        clients share a group, so few finish early) and cut into groups of ``group_size``."""
         settings = [self._settings(p) for _, p, _, _ in jobs]
         key = [(s.trainable, s.lr, s.optimizer) for s in settings]
         steps = [self._num_steps(s, idx) for s, (_, _, idx, _) in zip(settings, jobs)]

@@ -343,6 +343,10 @@ def check_vectorize(t: Target) -> Result:
                                               f"{dev:.3g}")
         if not math.isclose(a.train_loss, b.train_loss, rel_tol=1e-5):
             return Result("vectorize", False, f"client {b.client}: train_loss {a.train_loss} != {b.train_loss}")
+        pa, pb = (r.extra.get("phase_weights", []) for r in (a, b))  # Ditto keeps the first
+        if len(pa) != len(pb) or not all(torch.allclose(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(pa, pb)):
+            return Result("vectorize", False, f"client {b.client}: the weights after its earlier phases differ from "
+                                              "the per-client loop's")
     if len(got) != len(want):
         return Result("vectorize", False, f"{len(got)} results instead of {len(want)}")
     if reasons:

@@ -48,7 +48,7 @@ def evaluate_run(run_id: str, which: str = "global", index: int | None = None, o
     from flplat.metrics.evaluation import summarize
     from flplat.metrics.multilabel import macro_auroc, summarize_auroc
     from flplat.protocol.seeding import derive_seed
-    from flplat.tracking.models import build_saved, download, load_weights
+    from flplat.tracking.models import build_saved, downloaded, load_weights
     from flplat.tracking.store import store_uris
 
     uri, _ = store_uris(tracking_uri, store_dir)
@@ -56,12 +56,11 @@ def evaluate_run(run_id: str, which: str = "global", index: int | None = None, o
     try:
         client.get_run(run_id)
     except MlflowException:
-        cfg_path = None
-    else:
-        cfg_path = download(client, run_id, "config.yaml")
-    if cfg_path is None:
-        raise ConfigError(f"RUN_ID={run_id!r} is not a run with a config.yaml in {uri} (see `flplat ui`)")
-    cfg = load_config(cfg_path, list(overrides))
+        raise ConfigError(f"RUN_ID={run_id!r} is not a run in {uri} (see `flplat ui`)") from None
+    with downloaded(client, run_id, "config.yaml") as cfg_path:
+        if cfg_path is None:
+            raise ConfigError(f"RUN_ID={run_id!r} is not a run with a config.yaml in {uri} (see `flplat ui`)")
+        cfg = load_config(cfg_path, list(overrides))
     weights, arch = load_weights(client, run_id, which, index)
     net = build_saved(weights, arch)
     seed = int(cfg.seed)

@@ -17,9 +17,11 @@ Weights are flat vectors in the platform's layout (:class:`flplat.protocol.state
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,16 +68,21 @@ def log_models(client, run_id: str, report, model_cfg: dict[str, Any], arch: dic
     return written
 
 
-def download(client, run_id: str, path: str) -> Path | None:
-    """One artifact of a run into a fresh temporary directory (no progress bar), or None when it is missing."""
+@contextlib.contextmanager
+def downloaded(client, run_id: str, path: str) -> Iterator[Path | None]:
+    """One artifact of a run in a temporary directory that is removed on leaving the block (no progress bar);
+    None when it is missing."""
     from mlflow.exceptions import MlflowException
 
     saved = os.environ.get(PROGRESS_VAR)
     os.environ[PROGRESS_VAR] = "false"
     try:
-        return Path(client.download_artifacts(run_id, path, tempfile.mkdtemp(prefix="flplat-model-")))
-    except (MlflowException, OSError):
-        return None
+        with tempfile.TemporaryDirectory(prefix="flplat-model-") as tmp:
+            try:
+                local = Path(client.download_artifacts(run_id, path, tmp))
+            except (MlflowException, OSError):
+                local = None
+            yield local
     finally:
         if saved is None:
             os.environ.pop(PROGRESS_VAR, None)
@@ -95,17 +102,18 @@ def load_weights(client, run_id: str, which: str = "global", index: int | None =
     """(flat weight vector, architecture dict) of one saved model of run ``run_id``."""
     if which not in WHICH:
         raise ConfigError(f"which={which!r} is not valid; choose one of: {', '.join(WHICH)}")
-    arch_file = download(client, run_id, f"{MODEL_DIR}/model.yaml")
-    if arch_file is None:
-        raise ConfigError(f"run {run_id} has no saved model (no {MODEL_DIR}/model.yaml artifact; runs log their "
-                          "models since tracking.log_models was added, and only when they finish)")
-    arch = OmegaConf.to_container(OmegaConf.load(arch_file))
+    with downloaded(client, run_id, f"{MODEL_DIR}/model.yaml") as arch_file:
+        if arch_file is None:
+            raise ConfigError(f"run {run_id} has no saved model (no {MODEL_DIR}/model.yaml artifact; runs log their "
+                              "models since tracking.log_models was added, and only when they finish)")
+        arch = OmegaConf.to_container(OmegaConf.load(arch_file))
     available = saved_models(client, run_id)
     if which not in available:
         raise ConfigError(f"which={which!r}: run {run_id} saved no {which} model; available: "
                           f"{', '.join(available) or '(none)'}")
     fname = "clusters.pt" if which == "cluster" else f"{which}.pt"
-    blob = torch.load(download(client, run_id, f"{MODEL_DIR}/{fname}"), map_location="cpu", weights_only=True)
+    with downloaded(client, run_id, f"{MODEL_DIR}/{fname}") as blob_file:
+        blob = torch.load(blob_file, map_location="cpu", weights_only=True)
     w = blob["weights"]
     if which == "global":
         if index is not None:
