@@ -25,8 +25,8 @@ paper's Eq. 10: λ/2‖w − w_i^g‖² is a term of the local loss, so with mom
 and weight decay applies to the sum) or ``step`` (the authors' code: after each optimizer step
 θ ← θ − lr·λ·(θ − w_i^g), outside the optimizer; :class:`ProximalStep`). The two agree for plain SGD up to
 where the pull is evaluated (before or after the step); with momentum β the loss term's steady-state pull is
-1/(1 − β) times stronger (2× at the authors' β = 0.5). ``pull=step`` trains with the per-client loop (hooks with
-``after_step`` are not vectorised).
+1/(1 − β) times stronger (2× at the authors' β = 0.5). ``pull=step`` trains with the per-client loop (its
+``after_step`` writes the parameters, which no stacked hook form does: :mod:`flplat.protocol.stacked`).
 """
 
 from __future__ import annotations
