@@ -17,6 +17,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.plugins.precision import MixedPrecision
 
 from flplat.algorithms.apfl import PersonalMixture, StackedMixture
+from flplat.algorithms.dapfl import ProximalStep
 from flplat.algorithms.pfedme import MoreauEnvelope
 from flplat.api import ClientPlan, LocalHook, ProximalTerm
 from flplat.engine.client import ClientTrainer, batch_bounds
@@ -197,6 +198,22 @@ def test_pfedme_stacked_envelope_matches_the_loop():
     _assert_reports_match(vec, loop, ["local"])
 
 
+def test_dapfl_post_step_pull_writes_the_stacked_parameters_as_the_loop():
+    """DA-PFL's ``pull=step`` (:class:`StackedPull`) changes the trained parameters after every step, each client
+    towards its own centre; with momentum the pulled parameters feed the next step, as in the loop."""
+    p = _prepare(**SGD)
+
+    def jobs():
+        return [(k, ClientPlan(weights=w.weights, epochs=w.epochs,
+                               hooks=(ProximalStep(p.init_weights * (1 + k), 2.0),)), i, s) for k, w, i, s in _jobs(p)]
+
+    vec = VectorizedTrainer(p.trainer).train(jobs())
+    loop = [p.trainer.train(*j) for j in jobs()]
+    _assert_match(vec, loop)
+    plain = VectorizedTrainer(p.trainer).train(_jobs(p))
+    assert not torch.allclose(vec[0].weights, plain[0].weights)  # the pull did something
+
+
 def test_a_hook_that_redefines_what_its_stacked_form_does_falls_back():
     class Tweaked(PersonalMixture):  # a change of after_step: the inherited stacked form would not do it
         def after_step(self, ctx):
@@ -289,7 +306,7 @@ def test_dropout_runs_and_is_deterministic():
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "ditto", "fedrep", "apfl", "pfedme",
-                                       "pfedme algorithm.inner_batch=fresh"])
+                                       "pfedme algorithm.inner_batch=fresh", "dapfl algorithm.pull=step"])
 def test_whole_run_matches_with_vectorize_on(algorithm, caplog):
     name, *more = algorithm.split()
     hist = {}

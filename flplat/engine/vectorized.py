@@ -32,9 +32,9 @@ The two trainers share one client-execution core, so they cannot drift apart:
   :meth:`~flplat.protocol.strategy.LocalHook.functional_loss` is evaluated per client on its slices of the stacked
   parameters and added to its loss;
 * hooks with a stacked form (:attr:`~flplat.protocol.strategy.LocalHook.Stacked`, :mod:`flplat.protocol.stacked`:
-  APFL's local model and α, pFedMe's moving centre): one per hook position of a group, whose loss term is added to
-  every client's loss, whose ``after_step`` runs after every optimizer step on the live clients, and whose
-  ``finalize`` gives each client's ``extra``; clients are grouped by their stacked hooks' classes;
+  APFL's local model and α, pFedMe's moving centre, DA-PFL's post-step pull): one per hook position of a group, whose
+  loss term is added to every client's loss, whose ``after_step`` runs after every optimizer step on the live clients,
+  and whose ``finalize`` gives each client's ``extra``; clients are grouped by their stacked hooks' classes;
 * ``plan.batch_steps`` (pFedMe's K inner steps on one minibatch): each batch serves that many consecutive steps;
 * precision: the forward runs under ``fabric.autocast()``. With ``16-mixed`` the loop steps through Fabric's
   gradient scaler, and each client here has its own scale (:class:`~flplat.engine.optim.StackedGradScaler`): its
@@ -50,8 +50,8 @@ the stacked forward computes in float32 where the loop computes in 16 bits (agre
 Not vectorised (the executor trains these clients with the loop and logs why, once): models ``vmap`` cannot run
 (:func:`~flplat.maths.stacked.probe`) or whose normalisation state the stack cannot keep per client
 (:func:`~flplat.maths.stacked.stack_reason`), and plans that need the loop: phases with phases of their own, and
-hooks that declare neither :attr:`~flplat.protocol.strategy.LocalHook.vectorizes` nor a stacked form (DA-PFL's opt-in
-``pull=step``).
+hooks that declare neither :attr:`~flplat.protocol.strategy.LocalHook.vectorizes` nor a stacked form (a plugin's;
+no built-in hook).
 """
 
 from __future__ import annotations

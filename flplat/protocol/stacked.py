@@ -2,16 +2,17 @@
 
 A :class:`~flplat.protocol.strategy.LocalHook` whose effect is more than an extra loss term -- it keeps a second
 model and steps it after every optimizer step (APFL's local model v and mixing weight α), or moves a proximal centre
-every few steps (pFedMe's local model w) -- cannot be split into per-client ``functional_loss`` calls. Such a hook
-can still train vectorised (:mod:`flplat.engine.vectorized`) when its class names a :class:`StackedHook` subclass in
-``Stacked``: the engine then builds one ``Stacked(hooks, ctx)`` per hook position of a group of clients (``hooks``:
-the group's hooks at that position, one per client, all of the same class) and calls, at every step,
+every few steps (pFedMe's local model w), or pulls the parameters after every step (DA-PFL's ``pull=step``) --
+cannot be split into per-client ``functional_loss`` calls. Such a hook can still train vectorised
+(:mod:`flplat.engine.vectorized`) when its class names a :class:`StackedHook` subclass in ``Stacked``: the engine
+then builds one ``Stacked(hooks, ctx)`` per hook position of a group of clients (``hooks``: the group's hooks at
+that position, one per client, all of the same class) and calls, at every step,
 
 * :meth:`StackedHook.loss` with the live clients' stacked parameters (the term added to each client's loss, as the
   hook's ``loss``);
 * :meth:`StackedHook.after_step` after the optimizer step, with a :class:`StackedStep` (the live clients' updated
-  parameters and a function giving each one's task loss on this step's batch at other parameters, as the hook's
-  ``after_step`` reads ``ctx.batch``);
+  parameters, which it may change in place, and a function giving each one's task loss on this step's batch at
+  other parameters, as the hook's ``after_step`` reads ``ctx.batch``);
 
 and once at the end :meth:`StackedHook.finalize` (one dict per client, as the hook's ``finalize``). The clients still
 training at a step are always the first ``g`` of the group (its live prefix), so every stacked tensor is sliced
@@ -63,8 +64,9 @@ class StackedHookContext:
 @dataclass
 class StackedStep:
     """One step of a group, after its optimizer update: ``step`` (0-based, the same for every live client),
-    ``params`` (the ``g`` live clients' parameters after the update, ``(g, *shape)``, not to be written), ``lr`` (the
-    phase's learning rate) and ``losses(params)``: each live client's mean task loss on this step's batch with the
+    ``params`` (the ``g`` live clients' parameters after the update, ``(g, *shape)`` views of the trained tensors: a
+    hook may change them in place, as a loop hook changes ``ctx.params``), ``lr`` (the phase's learning rate) and
+    ``losses(params)``: each live client's mean task loss on this step's batch with the
     given ``(g, *shape)`` parameters -- the network in training mode, its batch-norm statistics as they are and left
     unchanged, no autocast (a hook's ``after_step`` calling the network on ``ctx.batch``)."""
 
