@@ -441,6 +441,18 @@ def test_gradient_scaling_matches_the_loop_with_skipped_steps_per_client(opt):
     assert len({r.loss_scale for r in vec}) > 1  # each client ends with its own scale
 
 
+def test_stacked_hooks_step_after_skipped_steps_as_the_loop():
+    """Under gradient scaling the loop runs a hook's ``after_step`` also after a step the scaler skipped: APFL's v- and
+    α-steps (:class:`StackedMixture`) match it client by client."""
+    p = _prepare()
+    tr = _scaled_trainer(p, init_scale=2.0 ** 124, growth_interval=2)
+    vec = VectorizedTrainer(tr).train(_apfl_jobs(p, [0.5, 0.0, 0.25, 1.0], v_lr=0.002, alpha_lr=0.001))
+    loop = [tr.train(*j) for j in _apfl_jobs(p, [0.5, 0.0, 0.25, 1.0], v_lr=0.002, alpha_lr=0.001)]
+    _assert_match(vec, loop)
+    _assert_reports_match(vec, loop, ["v", "alpha"])
+    assert len({r.loss_scale for r in vec}) > 1  # steps were skipped, some clients more than others
+
+
 def test_gradient_scaler_state_does_not_carry_from_one_client_to_the_next():
     """16-mixed in the loop: a client's result does not depend on the clients trained before it (one scaler carried
     over did), and the executor hands the next call the smallest scale its clients ended with."""
