@@ -18,7 +18,8 @@ the next :class:`ServerState`); ``eval_weights`` says which model a client uses.
 declared, and ``flplat check`` verifies it: ``eval_models`` (an :class:`EvalModels`: which model a training client
 and an unseen client are scored with -- global, cluster, personal; global, an ensemble, inferred at test time, or
 not applicable and why), ``reduces_across_shards`` (``aggregate`` reads only the round's sample-weighted mean
-model(s)) and, on a :class:`LocalHook`, ``vectorizes`` (its whole effect is ``functional_loss``).
+model(s)) and, on a :class:`LocalHook`, ``vectorizes`` (its whole effect is ``functional_loss``) or ``Stacked`` (a
+:class:`StackedHook` doing its whole effect for a group of vectorised clients at once; :mod:`flplat.protocol.stacked`).
 Models travel as flat float vectors (:class:`ParamLayout`); per-client vectors live in a :class:`ClientStore`
 (``info.client_store()``).
 A round's ``bytes_down`` / ``bytes_up`` count the part of each plan's and result's vector that travels: a method
@@ -133,6 +134,7 @@ from flplat.metrics.noniid import client_psi, hellinger
 from flplat.models.base import SplitModel, register_model
 from flplat.protocol.registry import ALGORITHMS, register_algorithm
 from flplat.protocol.seeding import derive_seed
+from flplat.protocol.stacked import StackedHook, StackedHookContext, StackedStep
 from flplat.protocol.state import ClientStore, ParamLayout, ServerState
 from flplat.protocol.strategy import (
     SEEN_MODELS,
@@ -158,6 +160,7 @@ from flplat.protocol.strategy import (
 __all__ = [
     # the strategy protocol
     "Strategy", "PersonalizedStrategy", "ClusteredStrategy", "NoConfig", "LocalHook", "HookContext", "ClientPlan",
+    "StackedHook", "StackedHookContext", "StackedStep",
     "ClientResult", "EvalResult", "ClientView", "FederationOps", "FederationInfo", "ServerState", "ClientStore",
     "ParamLayout", "derive_seed", "sample_uniform", "true_m", "TRUE_M", "EvalModels", "SEEN_MODELS", "UNSEEN_MODELS",
     # registering

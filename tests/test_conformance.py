@@ -124,7 +124,7 @@ def test_an_algorithm_that_needs_every_client_fails_failures(register, capsys):
 def test_vectorize_falls_back_with_a_logged_reason(register):
     r = cf.check_vectorize(cf.Target(register(InspectingAvg)))
     assert r.ok and "falls back to the per-client loop, logged:" in r.detail
-    assert "hook Inspect does not declare vectorizes" in r.detail
+    assert "hook Inspect declares neither vectorizes nor a Stacked form" in r.detail
 
 
 def test_invalid_config_refusals_and_a_value_that_is_not_refused(monkeypatch):

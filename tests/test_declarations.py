@@ -340,7 +340,7 @@ def test_a_false_vectorizes_declaration_fails_check_and_the_declaration_is_what_
             return None
 
     assert not Stepping.vectorizes
-    assert hook_reason(Stepping(torch.zeros(1), 0.1)) == "hook Stepping does not declare vectorizes"
+    assert hook_reason(Stepping(torch.zeros(1), 0.1)) == "hook Stepping declares neither vectorizes nor a Stacked form"
 
 
 # ---- what a run and the tables record -----------------------------------------------------------------------------

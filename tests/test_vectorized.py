@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import platform
 import sys
@@ -15,8 +16,11 @@ from conftest import tiny_overrides
 from lightning.fabric import Fabric
 from lightning.fabric.plugins.precision import MixedPrecision
 
+from flplat.algorithms.apfl import PersonalMixture, StackedMixture
+from flplat.algorithms.dapfl import ProximalStep
+from flplat.algorithms.pfedme import MoreauEnvelope
 from flplat.api import ClientPlan, LocalHook, ProximalTerm
-from flplat.engine.client import ClientTrainer
+from flplat.engine.client import ClientTrainer, batch_bounds
 from flplat.engine.executor import LocalExecutor
 from flplat.engine.optim import FunctionalOptimizer
 from flplat.engine.vectorized import VectorizedTrainer
@@ -110,16 +114,120 @@ def test_unsupported_hooks_fall_back_per_client_and_log_once(caplog):
     with caplog.at_level(logging.WARNING, logger="flplat"):
         got = ex.train(plans, round=1)
         ex.train(plans, round=2)
-    assert len(caplog.records) == 1 and "hook AfterStep does not declare vectorizes" in caplog.records[0].getMessage()
+    assert len(caplog.records) == 1
+    assert "hook AfterStep declares neither vectorizes nor a Stacked form" in caplog.records[0].getMessage()
     _assert_match(got, LocalExecutor(p.trainer, p.data, seed=0).train(plans, round=1))
 
 
-def test_a_plan_with_several_steps_per_batch_falls_back():
-    """``ClientPlan.batch_steps`` (pFedMe's inner solve) is the per-client loop's: the vectorised trainer must not
-    run such a plan as a plain one."""
+def test_plans_with_several_steps_per_batch_match_the_loop():
+    """``ClientPlan.batch_steps`` (pFedMe's inner solve): each batch is used for that many consecutive steps, as the
+    loop does; clients with 1 and 3 steps per batch train in groups of their own."""
     p = _prepare()
-    vt = LocalExecutor(p.trainer, p.data, seed=0, vectorize=True).vectorized
-    assert "batch_steps" in vt.reason(ClientPlan(weights=p.init_weights, batch_steps=3))
+    jobs = [(k, ClientPlan(weights=w.weights, epochs=w.epochs, batch_steps=3 if k % 2 else 1,
+                           hooks=(ProximalTerm(p.init_weights, 0.5),)), i, s) for k, w, i, s in _jobs(p)]
+    vt = VectorizedTrainer(p.trainer)
+    assert all(vt.reason(plan) is None for _, plan, _, _ in jobs)
+    vec = vt.train(jobs)
+    _assert_match(vec, [p.trainer.train(*j) for j in jobs])
+    assert vec[1].num_steps == 3 * len(batch_bounds(len(jobs[1][2]), p.trainer.batch_size)) * 2  # 2 local epochs
+    assert "batch_steps" in vt.reason(ClientPlan(weights=p.init_weights, batch_steps=0))
+
+
+def _apfl_jobs(p, alphas, **settings):
+    """APFL clients with their own local models v and mixing weights α (client 2 runs one more epoch)."""
+    cfg = {"v_lr": 0.05, "alpha_lr": 0.05, "adaptive": True, "v_optimizer": "sgd", "v_momentum": 0.9, **settings}
+    return [(k, ClientPlan(weights=w.weights, epochs=w.epochs,
+                           hooks=(PersonalMixture(p.init_weights - 0.02 * k, a, **cfg),)), i, s)
+            for (k, w, i, s), a in zip(_jobs(p), alphas)]
+
+
+def _assert_reports_match(vec, loop, keys):
+    for a, b in zip(vec, loop):
+        assert sorted(a.extra) == sorted(b.extra) == sorted(keys)
+        for key in keys:
+            if isinstance(b.extra[key], torch.Tensor):
+                torch.testing.assert_close(a.extra[key], b.extra[key], rtol=1e-4, atol=1e-6)
+            else:
+                assert a.extra[key] == pytest.approx(b.extra[key], rel=1e-5, abs=1e-8), key
+
+
+@pytest.mark.parametrize("settings", [{}, {"mix_with": "after"}, {"v_optimizer": "adam", "v_lr": 0.01},
+                                      {"adaptive": False}],
+                         ids=["paper", "mix_after", "adam", "fixed_alpha"])
+def test_apfl_stacked_mixture_matches_the_loop_per_client(settings):
+    """APFL's v- and α-steps after every step (:class:`StackedMixture`): weights, v and α as the loop's, for clients
+    with their own v, α and number of steps; α stays in [0, 1] and moves when adaptive."""
+    p = _prepare(**SGD)
+    jobs = _apfl_jobs(p, [0.5, 0.0, 0.25, 1.0], **settings)
+    vt = VectorizedTrainer(p.trainer)
+    assert all(vt.reason(plan) is None for _, plan, _, _ in jobs)
+    vec = vt.train(jobs)
+    loop = [p.trainer.train(*j) for j in _apfl_jobs(p, [0.5, 0.0, 0.25, 1.0], **settings)]
+    _assert_match(vec, loop)
+    _assert_reports_match(vec, loop, ["v", "alpha"])
+    alphas = [r.extra["alpha"] for r in vec]
+    assert all(0 <= a <= 1 for a in alphas)
+    assert (alphas != [0.5, 0.0, 0.25, 1.0]) == settings.get("adaptive", True)
+    assert not torch.equal(vec[0].extra["v"], jobs[0][1].hooks[0].v0)  # v trained
+
+
+def test_apfl_with_alpha_zero_and_fixed_leaves_v_untouched():
+    p = _prepare()
+    vec = VectorizedTrainer(p.trainer).train(_apfl_jobs(p, [0.0] * 4, adaptive=False))
+    for r, (_, plan, _, _) in zip(vec, _apfl_jobs(p, [0.0] * 4, adaptive=False)):
+        assert torch.equal(r.extra["v"], plan.hooks[0].v0) and r.extra["alpha"] == 0.0  # the MLP has no buffers
+
+
+def test_pfedme_stacked_envelope_matches_the_loop():
+    """pFedMe's proximal term around w and w's move after every K-th step (:class:`StackedEnvelope`), K steps on
+    each batch: weights and the local model w as the loop's."""
+    p = _prepare()
+
+    def jobs():
+        return [(k, ClientPlan(weights=w.weights, epochs=w.epochs, lr=0.05, batch_steps=3,
+                               optimizer={"name": "sgd", "momentum": 0.0},
+                               hooks=(MoreauEnvelope(2.0 + k, 0.1, 3),)), i, s) for k, w, i, s in _jobs(p)]
+
+    with pytest.raises(ValueError, match="share pFedMe"):  # one group: the hooks' settings must agree
+        VectorizedTrainer(p.trainer).train(jobs())
+    same = [(k, dataclasses.replace(plan, hooks=(MoreauEnvelope(5.0, 0.1, 3),)), i, s) for k, plan, i, s in jobs()]
+    vec = VectorizedTrainer(p.trainer).train(same)
+    loop = [p.trainer.train(k, dataclasses.replace(plan, hooks=(MoreauEnvelope(5.0, 0.1, 3),)), i, s)
+            for k, plan, i, s in jobs()]
+    _assert_match(vec, loop)
+    _assert_reports_match(vec, loop, ["local"])
+
+
+def test_dapfl_post_step_pull_writes_the_stacked_parameters_as_the_loop():
+    """DA-PFL's ``pull=step`` (:class:`StackedPull`) changes the trained parameters after every step, each client
+    towards its own centre; with momentum the pulled parameters feed the next step, as in the loop."""
+    p = _prepare(**SGD)
+
+    def jobs():
+        return [(k, ClientPlan(weights=w.weights, epochs=w.epochs,
+                               hooks=(ProximalStep(p.init_weights * (1 + k), 2.0),)), i, s) for k, w, i, s in _jobs(p)]
+
+    vec = VectorizedTrainer(p.trainer).train(jobs())
+    loop = [p.trainer.train(*j) for j in jobs()]
+    _assert_match(vec, loop)
+    plain = VectorizedTrainer(p.trainer).train(_jobs(p))
+    assert not torch.allclose(vec[0].weights, plain[0].weights)  # the pull did something
+
+
+def test_a_hook_that_redefines_what_its_stacked_form_does_falls_back():
+    class Tweaked(PersonalMixture):  # a change of after_step: the inherited stacked form would not do it
+        def after_step(self, ctx):
+            return None
+
+    class Renamed(PersonalMixture):  # no change of behaviour: the stacked form still applies
+        pass
+
+    assert PersonalMixture.Stacked is StackedMixture and Renamed.Stacked is StackedMixture
+    assert Tweaked.Stacked is None and not Tweaked.vectorizes
+    p = _prepare()
+    vt = VectorizedTrainer(p.trainer)
+    hook = Tweaked(p.init_weights, 0.5, 0.1, 0.1, True)
+    assert "Tweaked declares neither" in vt.reason(ClientPlan(weights=p.init_weights, hooks=(hook,)))
 
 
 def test_plans_with_their_own_optimizer_are_grouped_by_it_and_match():
@@ -197,12 +305,15 @@ def test_dropout_runs_and_is_deterministic():
 # reason): the `vectorize` property of `flplat check`, run registry-wide by test_algorithms.py::test_conformance
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "ditto", "fedrep"])
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "ditto", "fedrep", "apfl", "pfedme",
+                                       "pfedme algorithm.inner_batch=fresh", "dapfl algorithm.pull=step"])
 def test_whole_run_matches_with_vectorize_on(algorithm, caplog):
+    name, *more = algorithm.split()
     hist = {}
     for v in ("false", "true"):
-        cfg = load_config(None, tiny_overrides(**{"algorithm.name": algorithm, "federation.rounds": 3,
-                                                  "federation.vectorize": v, "federation.eval_every": 3}))
+        cfg = load_config(None, tiny_overrides(**{"algorithm.name": name, "federation.rounds": 3,
+                                                  "federation.vectorize": v, "federation.eval_every": 3,
+                                                  **dict(m.split("=") for m in more)}))
         with caplog.at_level(logging.WARNING, logger="flplat"):
             hist[v] = run(cfg, progress=False)[0].history
     assert not [r for r in caplog.records if "per-client loop" in r.getMessage()]  # every client ran vectorised
@@ -330,6 +441,18 @@ def test_gradient_scaling_matches_the_loop_with_skipped_steps_per_client(opt):
     assert len({r.loss_scale for r in vec}) > 1  # each client ends with its own scale
 
 
+def test_stacked_hooks_step_after_skipped_steps_as_the_loop():
+    """Under gradient scaling the loop runs a hook's ``after_step`` also after a step the scaler skipped: APFL's v- and
+    α-steps (:class:`StackedMixture`) match it client by client."""
+    p = _prepare()
+    tr = _scaled_trainer(p, init_scale=2.0 ** 124, growth_interval=2)
+    vec = VectorizedTrainer(tr).train(_apfl_jobs(p, [0.5, 0.0, 0.25, 1.0], v_lr=0.002, alpha_lr=0.001))
+    loop = [tr.train(*j) for j in _apfl_jobs(p, [0.5, 0.0, 0.25, 1.0], v_lr=0.002, alpha_lr=0.001)]
+    _assert_match(vec, loop)
+    _assert_reports_match(vec, loop, ["v", "alpha"])
+    assert len({r.loss_scale for r in vec}) > 1  # steps were skipped, some clients more than others
+
+
 def test_gradient_scaler_state_does_not_carry_from_one_client_to_the_next():
     """16-mixed in the loop: a client's result does not depend on the clients trained before it (one scaler carried
     over did), and the executor hands the next call the smallest scale its clients ended with."""
@@ -389,6 +512,6 @@ def test_a_phase_the_vectorised_trainer_cannot_run_sends_the_whole_plan_to_the_l
     vt = VectorizedTrainer(p.trainer)
     w = p.init_weights
     assert "AfterStep" in vt.reason(ClientPlan(weights=w, phases=(ClientPlan(weights=None, hooks=(AfterStep(),)),)))
-    assert "batch_steps" in vt.reason(ClientPlan(weights=w, phases=(ClientPlan(weights=None, batch_steps=2),)))
+    assert "batch_steps" in vt.reason(ClientPlan(weights=w, phases=(ClientPlan(weights=None, batch_steps=0),)))
     assert "its own" in vt.reason(ClientPlan(weights=w, phases=(ClientPlan(weights=None, phases=(
         ClientPlan(weights=None),)),)))

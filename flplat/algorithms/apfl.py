@@ -19,6 +19,10 @@ reads the iterates of step t − 1; ``mix_with: before``, default): the hook kee
 ``mix_with: after`` (opt-in) uses w after this step's update (the earlier flplat; one step of w apart). v_i starts as
 the initial model (v_i^0 = w^0).
 
+Vectorised clients (``federation.vectorize``): :class:`StackedMixture` takes the same v- and α-steps for a group of
+clients at once (v and α stacked, one batched gradient of the mixed models' losses); ``flplat check``'s ``vectorize``
+property holds it to the loop's weights, v and α.
+
 Evaluation: client i uses v̄_i = α_i v_i + (1 − α_i) w with the current global w (a client that never trained
 uses w). With α = 0 and ``adaptive_alpha: false`` APFL is FedAvg (the hook never touches w).
 """
@@ -37,6 +41,7 @@ from flplat.api import (
     EvalModels,
     LocalHook,
     ServerState,
+    StackedHook,
     Strategy,
     fedavg,
     param_choice,
@@ -87,6 +92,56 @@ class PersonalMixture(LocalHook):
         for view, v in zip(ctx.param_views(vec), self._v):
             view.copy_(v)
         return {"v": vec.cpu(), "alpha": self.alpha}
+
+
+class StackedMixture(StackedHook):
+    """:class:`PersonalMixture` for a group of vectorised clients: v as ``(G, ...)`` tensors trained by the engine's
+    stacked optimizer, α as a ``(G,)`` float64 tensor, the same v- and α-steps on each live client's batch."""
+
+    def __init__(self, hooks, ctx):
+        super().__init__(hooks, ctx)
+        h = hooks[0]
+        settings = (h.v_lr, h.alpha_lr, h.adaptive, h.v_optimizer, h.v_momentum, h.mix_with)
+        if any((o.v_lr, o.alpha_lr, o.adaptive, o.v_optimizer, o.v_momentum, o.mix_with) != settings for o in hooks):
+            raise ValueError("StackedMixture: the clients of a group must share APFL's settings")
+        self.adaptive, self.alpha_lr, self.before = h.adaptive, h.alpha_lr, h.mix_with == "before"
+        self.v = ctx.stack([o.v0 for o in hooks])
+        self.alpha = torch.tensor([o.alpha for o in hooks], dtype=torch.float64, device=ctx.device)
+        self.idle = not h.adaptive and all(o.alpha == 0 for o in hooks)  # v̄ = w for every client: nothing to do
+        self.w_prev = [p.clone() for p in ctx.params] if self.before else None
+        self.opt = ctx.optimizer(h.v_optimizer, self.v, h.v_lr, h.v_momentum if h.v_optimizer == "sgd" else 0.0, 0.0)
+
+    def after_step(self, step):
+        if self.idle:
+            return
+        g = step.live
+        a = self.alpha[:g].clone()  # α before this step's update
+        w = [p[:g] for p in self.w_prev] if self.before else step.params
+        v = [t[:g] for t in self.v]
+
+        def per_client(c: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+            return c.float().view(-1, *[1] * (like.dim() - 1))
+
+        mixed = [(per_client(a, t) * t + per_client(1 - a, t) * p).requires_grad_(True) for t, p in zip(v, w)]
+        with torch.enable_grad():
+            grads = torch.autograd.grad(step.losses(mixed).sum(), mixed)  # each client's ∇f_i(v̄_i; ξ)
+        with torch.no_grad():
+            if self.adaptive:
+                g_alpha = sum(((t - p) * d).flatten(1).sum(1).double() for t, p, d in zip(v, w, grads))
+                self.alpha[:g] = (a - self.alpha_lr * g_alpha).clamp(0.0, 1.0)
+            v_grads = [per_client(a, d) * d for d in grads]  # α_i ∇f_i(v̄_i)
+        self.opt.step(v_grads, g)
+        if self.before:
+            with torch.no_grad():
+                for p, q in zip(w, step.params):
+                    p.copy_(q)
+
+    def finalize(self, weights):
+        v = self.ctx.with_params(weights, self.v)
+        return [{"v": v[g].clone().cpu(), "alpha": float(self.alpha[g])} for g in range(len(self.hooks))]
+
+
+PersonalMixture.Stacked = StackedMixture
 
 
 @dataclass

@@ -25,8 +25,8 @@ paper's Eq. 10: λ/2‖w − w_i^g‖² is a term of the local loss, so with mom
 and weight decay applies to the sum) or ``step`` (the authors' code: after each optimizer step
 θ ← θ − lr·λ·(θ − w_i^g), outside the optimizer; :class:`ProximalStep`). The two agree for plain SGD up to
 where the pull is evaluated (before or after the step); with momentum β the loss term's steady-state pull is
-1/(1 − β) times stronger (2× at the authors' β = 0.5). ``pull=step`` trains with the per-client loop (hooks with
-``after_step`` are not vectorised).
+1/(1 − β) times stronger (2× at the authors' β = 0.5). With ``federation.vectorize`` ``pull=step`` pulls the group's
+clients at once (:class:`StackedPull`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from flplat.api import (
     ConfigError,
     PersonalizedStrategy,
     ProximalTerm,
+    StackedHook,
     param_choice,
     register_algorithm,
     sample_uniform,
@@ -62,6 +63,27 @@ class ProximalStep(CentredHook):
         with torch.no_grad():
             for p, c in zip(ctx.params, self._centers):
                 p.sub_(rate * (p - c))
+
+
+class StackedPull(StackedHook):
+    """:class:`ProximalStep` for a group of vectorised clients: each live client's parameters pulled towards its own
+    centre after every step."""
+
+    def __init__(self, hooks, ctx):
+        super().__init__(hooks, ctx)
+        if len({h.lam for h in hooks}) != 1:
+            raise ValueError("StackedPull: the clients of a group must share DA-PFL's λ")
+        self.lam = hooks[0].lam
+        self.centers = ctx.stack([h.center for h in hooks])
+
+    def after_step(self, step):
+        rate = step.lr * self.lam
+        with torch.no_grad():
+            for p, c in zip(step.params, self.centers):
+                p.sub_(rate * (p - c[:step.live]))
+
+
+ProximalStep.Stacked = StackedPull
 
 
 @dataclass

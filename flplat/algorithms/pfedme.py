@@ -68,6 +68,7 @@ from flplat.api import (
     EvalModels,
     LocalHook,
     ServerState,
+    StackedHook,
     Strategy,
     param_choice,
     register_algorithm,
@@ -107,6 +108,36 @@ class MoreauEnvelope(LocalHook):
         for view, w in zip(ctx.param_views(vec), self._w):
             view.copy_(w)
         return {"local": vec.cpu()}
+
+
+class StackedEnvelope(StackedHook):
+    """:class:`MoreauEnvelope` for a group of vectorised clients: the local models w as ``(G, ...)`` tensors, the
+    proximal term per client, w ← w + ηλ(θ − w) after every K-th step (the K inner steps of one batch are the
+    group's steps K·j .. K·j + K − 1, the same for every live client)."""
+
+    def __init__(self, hooks, ctx):
+        super().__init__(hooks, ctx)
+        h = hooks[0]
+        if any((o.lam, o.lr, o.inner_steps) != (h.lam, h.lr, h.inner_steps) for o in hooks):
+            raise ValueError("StackedEnvelope: the clients of a group must share pFedMe's λ, η and K")
+        self.lam, self.rate, self.inner_steps = h.lam, h.lr * h.lam, h.inner_steps
+        self.w = [p.clone() for p in ctx.params]
+
+    def loss(self, params):
+        g = params[0].shape[0]
+        return 0.5 * self.lam * sum(((p - w[:g]) ** 2).flatten(1).sum(1) for p, w in zip(params, self.w))
+
+    def after_step(self, step):
+        if (step.step + 1) % self.inner_steps == 0:
+            with torch.no_grad():
+                torch._foreach_lerp_([w[:step.live] for w in self.w], step.params, self.rate)
+
+    def finalize(self, weights):
+        local = self.ctx.with_params(weights, self.w)
+        return [{"local": local[g].clone().cpu()} for g in range(len(self.hooks))]
+
+
+MoreauEnvelope.Stacked = StackedEnvelope
 
 
 @register_algorithm

@@ -31,6 +31,11 @@ The two trainers share one client-execution core, so they cannot drift apart:
 * hooks that declare :attr:`~flplat.protocol.strategy.LocalHook.vectorizes` (FedProx's proximal term): their
   :meth:`~flplat.protocol.strategy.LocalHook.functional_loss` is evaluated per client on its slices of the stacked
   parameters and added to its loss;
+* hooks with a stacked form (:attr:`~flplat.protocol.strategy.LocalHook.Stacked`, :mod:`flplat.protocol.stacked`:
+  APFL's local model and α, pFedMe's moving centre, DA-PFL's post-step pull): one per hook position of a group, whose
+  loss term is added to every client's loss, whose ``after_step`` runs after every optimizer step on the live clients,
+  and whose ``finalize`` gives each client's ``extra``; clients are grouped by their stacked hooks' classes;
+* ``plan.batch_steps`` (pFedMe's K inner steps on one minibatch): each batch serves that many consecutive steps;
 * precision: the forward runs under ``fabric.autocast()``. With ``16-mixed`` the loop steps through Fabric's
   gradient scaler, and each client here has its own scale (:class:`~flplat.engine.optim.StackedGradScaler`): its
   loss is scaled by it, its gradients unscaled, a client whose gradients overflow skips that step, and its scale
@@ -44,10 +49,9 @@ the stacked forward computes in float32 where the loop computes in 16 bits (agre
 
 Not vectorised (the executor trains these clients with the loop and logs why, once): models ``vmap`` cannot run
 (:func:`~flplat.maths.stacked.probe`) or whose normalisation state the stack cannot keep per client
-(:func:`~flplat.maths.stacked.stack_reason`), and plans that need the loop: several steps per batch
-(``batch_steps``: pFedMe), phases with phases of their own, and hooks that do not declare
-:attr:`~flplat.protocol.strategy.LocalHook.vectorizes` (whose effect is more than ``functional_loss``: ``after_step``,
-``finalize``).
+(:func:`~flplat.maths.stacked.stack_reason`), and plans that need the loop: phases with phases of their own, and
+hooks that declare neither :attr:`~flplat.protocol.strategy.LocalHook.vectorizes` nor a stacked form (a plugin's;
+no built-in hook).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from flplat.engine.memory import retain_freed_memory
 from flplat.engine.optim import FunctionalOptimizer, StackedGradScaler
 from flplat.maths.losses import task_loss
 from flplat.maths.stacked import StackedForward, probe, stack_reason
+from flplat.protocol.stacked import StackedHook, StackedHookContext, StackedStep
 from flplat.protocol.strategy import ClientPlan, ClientResult, LocalHook
 
 Job = tuple[int, ClientPlan, np.ndarray, int]  # (client, plan, train indices, seed): ClientTrainer.train's arguments
@@ -71,8 +76,16 @@ KEEP_MIB = 512  # federation.vectorize_keep_mib's default
 
 
 def hook_reason(h: LocalHook) -> str | None:
-    """Why hook ``h`` cannot run vectorised (it does not declare :attr:`~LocalHook.vectorizes`), or None."""
-    return None if h.vectorizes else f"hook {type(h).__name__} does not declare vectorizes"
+    """Why hook ``h`` cannot run vectorised (it declares neither :attr:`~LocalHook.vectorizes` nor a
+    :attr:`~LocalHook.Stacked` form), or None."""
+    if h.vectorizes or h.Stacked is not None:
+        return None
+    return f"hook {type(h).__name__} declares neither vectorizes nor a Stacked form"
+
+
+def stacked_types(plan: ClientPlan) -> tuple[str, ...]:
+    """The classes of ``plan``'s hooks that run in their stacked form (those not declaring ``vectorizes``), named."""
+    return tuple(f"{type(h).__module__}.{type(h).__qualname__}" for h in plan.hooks if not h.vectorizes)
 
 
 class VectorizedTrainer:
@@ -139,16 +152,16 @@ class VectorizedTrainer:
             return f"ClientPlan.trainable={plan.trainable!r} is unknown"
         if plan.epochs == 0:
             return "ClientPlan.epochs=0 (no training)"
-        if plan.batch_steps != 1:
-            return "ClientPlan.batch_steps > 1 (several steps per batch)"
+        if plan.batch_steps < 1:
+            return f"ClientPlan.batch_steps={plan.batch_steps!r} (no step per batch)"
         return next((r for r in map(hook_reason, plan.hooks) if r is not None), None)
 
     # ---- training ------------------------------------------------------------------------------------
     def _settings(self, plan: ClientPlan) -> LocalSettings:
         return resolve_plan(plan, self.trainer.defaults)
 
-    def _num_steps(self, settings: LocalSettings, indices) -> int:
-        return settings.epochs * len(batch_bounds(len(indices), self.trainer.batch_size))
+    def _num_steps(self, settings: LocalSettings, plan: ClientPlan, indices) -> int:
+        return settings.epochs * len(batch_bounds(len(indices), self.trainer.batch_size)) * plan.batch_steps
 
     def train(self, jobs: Sequence[Job]) -> list[ClientResult]:
         """Train every job (all must have ``reason(plan) is None``); results in the order of ``jobs``.
@@ -187,11 +200,13 @@ class VectorizedTrainer:
         return results
 
     def _train_phase(self, jobs: Sequence[Job]) -> list[ClientResult]:
-        """Train one-phase jobs: grouped by (trainable, lr, optimizer), sorted by their number of steps (similar
-        clients share a group, so few finish early) and cut into groups of ``group_size``."""
+        """Train one-phase jobs: grouped by (trainable, lr, optimizer, steps per batch, classes of the stacked
+        hooks), sorted by their number of steps (similar clients share a group, so few finish early) and cut into
+        groups of ``group_size``."""
         settings = [self._settings(p) for _, p, _, _ in jobs]
-        key = [(s.trainable, s.lr, s.optimizer) for s in settings]
-        steps = [self._num_steps(s, idx) for s, (_, _, idx, _) in zip(settings, jobs)]
+        key = [(s.trainable, s.lr, s.optimizer, p.batch_steps, stacked_types(p))
+               for s, (_, p, _, _) in zip(settings, jobs)]
+        steps = [self._num_steps(s, p, idx) for s, (_, p, idx, _) in zip(settings, jobs)]
         order = sorted(range(len(jobs)), key=lambda i: (key[i], -steps[i], i))
         out: list[ClientResult | None] = [None] * len(jobs)
         size = self.group_size or len(jobs)
@@ -210,11 +225,13 @@ class VectorizedTrainer:
         """Per-step pool indices (T, G, W), real-sample mask (T, G, W), steps per client, per-step widths (the
         widest batch among the clients still training at step t: a step's real samples are its first columns, so
         the columns beyond it are padding for every client and are not computed) and per-step "no padding" flags
-        (every live client's batch is that wide), as the loop batches (:func:`client_batches`)."""
+        (every live client's batch is that wide), as the loop batches (:func:`client_batches`); a plan's
+        ``batch_steps`` consecutive steps share each batch."""
         bs = self.trainer.batch_size
         per = [client_batches(indices, seed, e, bs) for (_, _, indices, seed), e in zip(jobs, epochs)]
+        reps = [plan.batch_steps for _, plan, _, _ in jobs]
         width = max((b - a for _, bounds in per for a, b in bounds), default=1)
-        steps = [len(o) * len(b) for o, b in per]
+        steps = [len(o) * len(b) * r for (o, b), r in zip(per, reps)]
         T, G = max(steps, default=0), len(jobs)
         index = torch.zeros(T, G, width, dtype=torch.long)
         mask = torch.zeros(T, G, width)
@@ -227,9 +244,9 @@ class VectorizedTrainer:
             pos = torch.where(valid, starts[:, None] + col, starts[:, None])  # padding repeats a real sample
             n = len(orders[0])
             pos = (torch.arange(len(orders))[:, None, None] * n + pos).reshape(-1, width)  # (E·s, W)
-            index[:steps[g], g] = torch.cat(orders)[pos]
-            mask[:steps[g], g] = valid.repeat(len(orders), 1)
-        sizes = [[b - a for a, b in bounds] * len(orders) for orders, bounds in per]
+            index[:steps[g], g] = torch.cat(orders)[pos].repeat_interleave(reps[g], 0)
+            mask[:steps[g], g] = valid.repeat(len(orders), 1).repeat_interleave(reps[g], 0)
+        sizes = [[b - a for a, b in bounds for _ in range(r)] * len(orders) for (orders, bounds), r in zip(per, reps)]
         widths = [max(w[t] for w in sizes if t < len(w)) for t in range(T)]
         full = [all(w[t] == widths[t] for w in sizes if t < len(w)) for t in range(T)]
         return index, mask, steps, widths, full
@@ -238,7 +255,7 @@ class VectorizedTrainer:
         """One group (its clients share trainable, lr and optimizer: ``settings[0]``'s)."""
         tr, s = self.trainer, settings[0]
         dev, G = tr.fabric.device, len(jobs)
-        n_steps = [self._num_steps(si, idx) for si, (_, _, idx, _) in zip(settings, jobs)]
+        n_steps = [self._num_steps(si, plan, idx) for si, (_, plan, idx, _) in zip(settings, jobs)]
         perm = sorted(range(G), key=lambda g: -n_steps[g])  # the clients still training are then a prefix
         if perm != list(range(G)):
             res = self._train_group([jobs[g] for g in perm], [settings[g] for g in perm])
@@ -250,14 +267,16 @@ class VectorizedTrainer:
         params = self._stack_start(jobs, unperm, bufs)
         stats = self._stack_buffers(jobs)
         for _, plan, _, _ in jobs:
-            if plan.hooks:
+            functional = [h for h in plan.hooks if h.vectorizes]
+            if functional:
                 tr.layout.load(plan.weights)  # setup may read the start weights through the context
-                for h in plan.hooks:
+                for h in functional:
                     h.setup(tr.hook_ctx)
+        stacked = self._stacked_hooks(jobs, [p.permute(u) for p, u in zip(params, unperm)])
         index, mask, steps, widths, full = self._schedule(jobs, [si.epochs for si in settings])
         index, mask = index.to(dev), mask.to(dev)
         live = [sum(n > t for n in steps) for t in range(index.shape[0])]  # clients still training: a prefix
-        hooked = [g for g, (_, plan, _, _) in enumerate(jobs) if plan.hooks]
+        hooked = [g for g, (_, plan, _, _) in enumerate(jobs) if any(h.vectorizes for h in plan.hooks)]
         opt = FunctionalOptimizer(name, [params[i] for i in train_ids], s.lr, momentum, wd, state=state)
         scaler = None if self.scaler is None else StackedGradScaler(self.scaler, tr.loss_scale, G, dev)
         torch.manual_seed(jobs[0][3])  # dropout masks of this group (vmap randomness="different")
@@ -268,7 +287,7 @@ class VectorizedTrainer:
             views = [p.permute(u) for p, u in zip(leaves, unperm)]  # (g_t, *parameter shape)
             sel, m = index[t, :g_t, :widths[t]].reshape(-1), mask[t, :g_t, :widths[t]]
             loss = self._losses(jobs, [g for g in hooked if g < g_t], views, [b[:g_t] for b in stats], sel, m,
-                                full[t])
+                                full[t], stacked)
             total = loss.sum() if scaler is None else scaler.scale(loss).sum()
             grads = torch.autograd.grad(total, [leaves[i] for i in train_ids])
             skip = None
@@ -276,14 +295,44 @@ class VectorizedTrainer:
                 grads, skip = scaler.unscale(grads, g_t)
                 scaler.update(skip, g_t)
             opt.step(grads, g_t, skip)
+            if stacked:
+                step = StackedStep(t, [p[:g_t].permute(u) for p, u in zip(params, unperm)], s.lr,
+                                   self._task_losses([b[:g_t] for b in stats], sel, m, full[t]))
+                for sh in stacked:
+                    sh.after_step(step)
             loss_sum[:g_t] += loss.detach().float()
-        return self._results(jobs, params, stats, unperm, loss_sum, steps, scaler)
+        return self._results(jobs, params, stats, unperm, loss_sum, steps, scaler, stacked)
+
+    def _stacked_hooks(self, jobs: Sequence[Job], start: list[torch.Tensor]) -> list[StackedHook]:
+        """The stacked forms of the group's hooks that do not declare ``vectorizes``, one per hook position (every
+        plan of a group has hooks of the same classes there: :meth:`_train_phase` groups by them)."""
+        per_plan = [[h for h in plan.hooks if not h.vectorizes] for _, plan, _, _ in jobs]
+        if not per_plan[0]:
+            return []
+        ctx = StackedHookContext(len(jobs), self.trainer.fabric.device, start, self.slots, FunctionalOptimizer)
+        return [type(at[0]).Stacked(list(at), ctx) for at in zip(*per_plan)]
+
+    def _task_losses(self, stats: list[torch.Tensor], sel: torch.Tensor, m: torch.Tensor, full: bool):
+        """``StackedStep.losses`` for one step: each live client's mean task loss on the step's rows ``sel`` (real
+        where ``m``) at given stacked parameters, in training mode, with copies of the batch-norm statistics (left
+        unchanged), without autocast."""
+        tr = self.trainer
+        xb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:])
+        yb = tr.y.index_select(0, sel)
+
+        def losses(params: list[torch.Tensor]) -> torch.Tensor:
+            logits, _ = self.forward.with_stats(list(params) + [b.clone() for b in stats], xb, None if full else m)
+            per = task_loss(logits.flatten(0, 1), yb, reduction="none").view_as(m)
+            return (per * m).sum(1) / m.sum(1)
+
+        return losses
 
     def _losses(self, jobs: Sequence[Job], hooked: list[int], views: list[torch.Tensor], stats: list[torch.Tensor],
-                sel: torch.Tensor, m: torch.Tensor, full: bool) -> torch.Tensor:
+                sel: torch.Tensor, m: torch.Tensor, full: bool, stacked: Sequence[StackedHook] = ()) -> torch.Tensor:
         """One step's per-client losses ``(g,)`` on the pool rows ``sel`` (``(g, W)`` flattened, real where ``m``):
         the mean :func:`task_loss` over each client's real samples plus the functional terms of the hooks of the
-        clients ``hooked``. The batch-norm statistics in ``stats`` are updated in place to the step's."""
+        clients ``hooked`` and the terms of the ``stacked`` hooks. The batch-norm statistics in ``stats`` are
+        updated in place to the step's."""
         tr, dev = self.trainer, self.trainer.fabric.device
         # index_select: the same rows as tr.x[sel], several times faster than advanced indexing on CPU
         xb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:])
@@ -292,8 +341,13 @@ class VectorizedTrainer:
             per = task_loss(logits.flatten(0, 1), tr.y.index_select(0, sel), reduction="none").view_as(m)
             loss = (per * m).sum(1) / m.sum(1)
             if hooked:
-                extra = torch.stack([self._hook_loss(jobs[k][1].hooks, [p[k] for p in views]) for k in hooked])
+                extra = torch.stack([self._hook_loss([h for h in jobs[k][1].hooks if h.vectorizes],
+                                                     [p[k] for p in views]) for k in hooked])
                 loss = loss.index_add(0, torch.tensor(hooked, device=dev), extra.to(loss.dtype))
+            for sh in stacked:
+                term = sh.loss(views)
+                if term is not None:
+                    loss = loss + term.to(loss.dtype)
         if new:
             with torch.no_grad():
                 for name, b in zip(self.buffer_names, stats):
@@ -301,9 +355,9 @@ class VectorizedTrainer:
                         b.copy_(new[name])
         return loss
 
-    def _results(self, jobs, params, stats, unperm, loss_sum, steps, scaler) -> list[ClientResult]:
+    def _results(self, jobs, params, stats, unperm, loss_sum, steps, scaler, stacked=()) -> list[ClientResult]:
         """Each client's result: its flat weights (parameters and batch-norm statistics, rows of one ``(G, P)``
-        tensor), mean training loss, steps and (16-mixed) final gradient scale."""
+        tensor), mean training loss, steps, (16-mixed) final gradient scale and what its stacked hooks report."""
         G, tr = len(jobs), self.trainer
         final = torch.empty(G, tr.layout.size, device=tr.fabric.device)  # (G, P): one row per client, returned as views
         for (a, b, shape), p, u in zip(self.slots, params, unperm):
@@ -312,8 +366,13 @@ class VectorizedTrainer:
             final[:, a:b].view(G, *shape).copy_(p)
         losses = loss_sum.tolist()
         scales = scaler.scales.tolist() if scaler is not None else [None] * G
+        reports: list[dict] = [{} for _ in jobs]
+        for sh in stacked:
+            for g, d in enumerate(sh.finalize(final)):
+                reports[g].update(d)
         return [ClientResult(client=k, weights=final[g], num_samples=len(idx), train_loss=losses[g] / max(steps[g], 1),
-                             num_steps=steps[g], loss_scale=scales[g]) for g, (k, _, idx, _) in enumerate(jobs)]
+                             num_steps=steps[g], extra=reports[g], loss_scale=scales[g])
+                for g, (k, _, idx, _) in enumerate(jobs)]
 
     def _stack_buffers(self, jobs: Sequence[Job]) -> list[torch.Tensor]:
         """The group's start batch-norm statistics (the float buffers of the plans' flat weights), ``(G, ...)``."""

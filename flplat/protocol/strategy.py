@@ -16,7 +16,8 @@ What the engine may rely on is *declared*, never inferred from which methods a c
 :attr:`Strategy.eval_models` (an :class:`EvalModels`: the model a training client is scored with, and the one an
 unseen client is scored with, or why there is none), :attr:`Strategy.reduces_across_shards` (``aggregate`` needs only
 per-group sample-weighted means, so a sharded round all-reduces them) and :attr:`LocalHook.vectorizes` (the hook's
-whole effect is its ``functional_loss``, so its clients can train vectorised). ``flplat check`` verifies each
+whole effect is its ``functional_loss``, so its clients can train vectorised; or its ``Stacked`` form does the whole
+effect for a group of clients at once). ``flplat check`` verifies each
 declaration on a tiny federation (:mod:`flplat.studies.declarations`).
 Strategies never load data, pick devices, seed global RNGs or log: they receive a numpy ``Generator`` for
 their randomness and a :class:`FederationOps` handle for client-side computations they need (losses of
@@ -72,15 +73,22 @@ class LocalHook:
     (:mod:`flplat.engine.vectorized`, which calls neither ``loss``, ``after_step`` nor ``finalize``). False (the
     default): its clients train with the per-client loop, and say so in the log. A class that defines ``loss``,
     ``functional_loss``, ``after_step`` or ``finalize`` itself does not inherit a True declaration: it states its
-    own. ``flplat check`` compares a declared hook's vectorised clients with the loop's.
+    own. ``Stacked`` (a :class:`~flplat.protocol.stacked.StackedHook` subclass, or None) is a hook's whole effect --
+    ``setup``, ``loss``, ``after_step`` and ``finalize`` -- for a group of vectorised clients at once (APFL's second
+    model, pFedMe's moving centre); it too is not inherited by a class that redefines one of those. ``flplat check``
+    compares a declared hook's vectorised clients with the loop's.
     """
 
     vectorizes: ClassVar[bool] = False
+    Stacked: ClassVar[type | None] = None
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        if "vectorizes" not in vars(cls) and vars(cls).keys() & {"loss", "functional_loss", "after_step", "finalize"}:
+        own = vars(cls).keys() & {"setup", "loss", "functional_loss", "after_step", "finalize"}
+        if "vectorizes" not in vars(cls) and own - {"setup"}:
             cls.vectorizes = False
+        if "Stacked" not in vars(cls) and own:
+            cls.Stacked = None
 
     def setup(self, ctx: HookContext) -> None:
         return None

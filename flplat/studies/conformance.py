@@ -343,10 +343,13 @@ def check_vectorize(t: Target) -> Result:
                                               f"{dev:.3g}")
         if not math.isclose(a.train_loss, b.train_loss, rel_tol=1e-5):
             return Result("vectorize", False, f"client {b.client}: train_loss {a.train_loss} != {b.train_loss}")
-        pa, pb = (r.extra.get("phase_weights", []) for r in (a, b))  # Ditto keeps the first
-        if len(pa) != len(pb) or not all(torch.allclose(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(pa, pb)):
-            return Result("vectorize", False, f"client {b.client}: the weights after its earlier phases differ from "
-                                              "the per-client loop's")
+        ea, eb = (r.extra for r in (a, b))  # Ditto's earlier phases' weights, APFL's v and α, pFedMe's w
+        if ea.keys() != eb.keys():
+            return Result("vectorize", False, f"client {b.client}: reports {sorted(ea)} instead of {sorted(eb)}")
+        differ = next((key for key in eb if not _same_report(ea[key], eb[key])), None)
+        if differ is not None:
+            return Result("vectorize", False, f"client {b.client}: extra[{differ!r}] differs from the per-client "
+                                              "loop's")
     if len(got) != len(want):
         return Result("vectorize", False, f"{len(got)} results instead of {len(want)}")
     if reasons:
@@ -355,6 +358,19 @@ def check_vectorize(t: Target) -> Result:
             return Result("vectorize", False, f"falls back to the loop without a logged reason ({unlogged[0]})")
         return Result("vectorize", True, f"falls back to the per-client loop, logged: {reasons[0]}")
     return Result("vectorize", True, f"{len(plans)} clients' first-round plans match the per-client loop")
+
+
+def _same_report(a, b) -> bool:
+    """Whether two values of a client result's ``extra`` agree (tensors to 1e-4 relative, numbers to 1e-5)."""
+    import torch
+
+    if isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+    if isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and len(a) == len(b) and all(map(_same_report, a, b))
+    if isinstance(b, float):
+        return isinstance(a, (int, float)) and math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-8)
+    return a == b
 
 
 class _Records(logging.Handler):

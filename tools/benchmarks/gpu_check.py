@@ -113,7 +113,10 @@ DIGITS = {"data.name": "digits", "partition.name": "dirichlet", "partition.alpha
 PARITY_BASE = {**DIGITS, "partition.num_clients": 24, "federation.client_fraction": 0.5, "federation.local_epochs": 2,
                "federation.batch_size": 32, "federation.rounds": 3, "federation.eval_every": 1}
 PARITY_MODELS = {"mlp": {"model.name": "mlp"},
-                 "fmnist_cnn": {"model.name": "fmnist_cnn", "model.channels": "[4,8]", "model.dense": 16}}
+                 "fmnist_cnn": {"model.name": "fmnist_cnn", "model.channels": "[4,8]", "model.dense": 16},
+                 # hooks with a stacked form (flplat/protocol/stacked.py): APFL, pFedMe (K steps per batch)
+                 "mlp, apfl": {"model.name": "mlp", "algorithm.name": "apfl"},
+                 "mlp, pfedme": {"model.name": "mlp", "algorithm.name": "pfedme"}}
 BATCHED_BASE = {**DIGITS, "partition.num_clients": 20, "federation.client_fraction": 0.5, "federation.rounds": 2,
                 "federation.local_epochs": 1, "federation.eval_every": 1}
 RESUME_BASE = {**DIGITS, "partition.num_clients": 10, "federation.client_fraction": 0.5, "federation.rounds": 3,
