@@ -57,6 +57,7 @@ no built-in hook).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
@@ -81,6 +82,13 @@ def hook_reason(h: LocalHook) -> str | None:
     if h.vectorizes or h.Stacked is not None:
         return None
     return f"hook {type(h).__name__} declares neither vectorizes nor a Stacked form"
+
+
+def _mean_task_loss(logits: torch.Tensor, y: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Each client's mean :func:`task_loss` over its real samples: ``logits`` ``(g, W, C)``, ``y`` ``(g·W,)``, the
+    real-sample mask ``m`` ``(g, W)``."""
+    per = task_loss(logits.flatten(0, 1), y, reduction="none").view_as(m)
+    return (per * m).sum(1) / m.sum(1)
 
 
 def stacked_types(plan: ClientPlan) -> tuple[str, ...]:
@@ -266,17 +274,17 @@ class VectorizedTrainer:
         bufs, state = self._workspace(G, FunctionalOptimizer.moments(name, momentum), train_ids)
         params = self._stack_start(jobs, unperm, bufs)
         stats = self._stack_buffers(jobs)
-        for _, plan, _, _ in jobs:
-            functional = [h for h in plan.hooks if h.vectorizes]
-            if functional:
+        functional = [[h for h in plan.hooks if h.vectorizes] for _, plan, _, _ in jobs]  # each client's, once
+        for (_, plan, _, _), hooks in zip(jobs, functional):
+            if hooks:
                 tr.layout.load(plan.weights)  # setup may read the start weights through the context
-                for h in functional:
+                for h in hooks:
                     h.setup(tr.hook_ctx)
         stacked = self._stacked_hooks(jobs, [p.permute(u) for p, u in zip(params, unperm)])
         index, mask, steps, widths, full = self._schedule(jobs, [si.epochs for si in settings])
         index, mask = index.to(dev), mask.to(dev)
         live = [sum(n > t for n in steps) for t in range(index.shape[0])]  # clients still training: a prefix
-        hooked = [g for g, (_, plan, _, _) in enumerate(jobs) if any(h.vectorizes for h in plan.hooks)]
+        hooked = [g for g, hooks in enumerate(functional) if hooks]
         opt = FunctionalOptimizer(name, [params[i] for i in train_ids], s.lr, momentum, wd, state=state)
         scaler = None if self.scaler is None else StackedGradScaler(self.scaler, tr.loss_scale, G, dev)
         torch.manual_seed(jobs[0][3])  # dropout masks of this group (vmap randomness="different")
@@ -286,8 +294,11 @@ class VectorizedTrainer:
             leaves = [p[:g_t].detach().requires_grad_(i in train_ids) for i, p in enumerate(params)]
             views = [p.permute(u) for p, u in zip(leaves, unperm)]  # (g_t, *parameter shape)
             sel, m = index[t, :g_t, :widths[t]].reshape(-1), mask[t, :g_t, :widths[t]]
-            loss = self._losses(jobs, [g for g in hooked if g < g_t], views, [b[:g_t] for b in stats], sel, m,
-                                full[t], stacked)
+            # index_select: the same rows as tr.x[sel], several times faster than advanced indexing on CPU
+            xb, yb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:]), tr.y.index_select(0, sel)
+            live_stats = [b[:g_t] for b in stats]
+            loss = self._losses(functional, [g for g in hooked if g < g_t], views, live_stats, xb, yb, m, full[t],
+                                stacked)
             total = loss.sum() if scaler is None else scaler.scale(loss).sum()
             grads = torch.autograd.grad(total, [leaves[i] for i in train_ids])
             skip = None
@@ -297,7 +308,8 @@ class VectorizedTrainer:
             opt.step(grads, g_t, skip)
             if stacked:
                 step = StackedStep(t, [p[:g_t].permute(u) for p, u in zip(params, unperm)], s.lr,
-                                   self._task_losses([b[:g_t] for b in stats], sel, m, full[t]))
+                                   functools.partial(self._task_losses, stats=live_stats, xb=xb, yb=yb, m=m,
+                                                     full=full[t]))
                 for sh in stacked:
                     sh.after_step(step)
             loss_sum[:g_t] += loss.detach().float()
@@ -312,37 +324,27 @@ class VectorizedTrainer:
         ctx = StackedHookContext(len(jobs), self.trainer.fabric.device, start, self.slots, FunctionalOptimizer)
         return [type(at[0]).Stacked(list(at), ctx) for at in zip(*per_plan)]
 
-    def _task_losses(self, stats: list[torch.Tensor], sel: torch.Tensor, m: torch.Tensor, full: bool):
-        """``StackedStep.losses`` for one step: each live client's mean task loss on the step's rows ``sel`` (real
-        where ``m``) at given stacked parameters, in training mode, with copies of the batch-norm statistics (left
+    def _task_losses(self, params: list[torch.Tensor], stats: list[torch.Tensor], xb: torch.Tensor,
+                     yb: torch.Tensor, m: torch.Tensor, full: bool) -> torch.Tensor:
+        """``StackedStep.losses`` of one step (its batch ``xb``, ``yb``, real where ``m``): each live client's mean
+        task loss at the stacked ``params``, in training mode, with copies of the batch-norm statistics (left
         unchanged), without autocast."""
-        tr = self.trainer
-        xb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:])
-        yb = tr.y.index_select(0, sel)
+        logits, _ = self.forward.with_stats(list(params) + [b.clone() for b in stats], xb, None if full else m)
+        return _mean_task_loss(logits, yb, m)
 
-        def losses(params: list[torch.Tensor]) -> torch.Tensor:
-            logits, _ = self.forward.with_stats(list(params) + [b.clone() for b in stats], xb, None if full else m)
-            per = task_loss(logits.flatten(0, 1), yb, reduction="none").view_as(m)
-            return (per * m).sum(1) / m.sum(1)
-
-        return losses
-
-    def _losses(self, jobs: Sequence[Job], hooked: list[int], views: list[torch.Tensor], stats: list[torch.Tensor],
-                sel: torch.Tensor, m: torch.Tensor, full: bool, stacked: Sequence[StackedHook] = ()) -> torch.Tensor:
-        """One step's per-client losses ``(g,)`` on the pool rows ``sel`` (``(g, W)`` flattened, real where ``m``):
-        the mean :func:`task_loss` over each client's real samples plus the functional terms of the hooks of the
-        clients ``hooked`` and the terms of the ``stacked`` hooks. The batch-norm statistics in ``stats`` are
-        updated in place to the step's."""
+    def _losses(self, functional: list[list[LocalHook]], hooked: list[int], views: list[torch.Tensor],
+                stats: list[torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, m: torch.Tensor, full: bool,
+                stacked: Sequence[StackedHook] = ()) -> torch.Tensor:
+        """One step's per-client losses ``(g,)`` on the batch ``xb`` ``(g, W, ...)``, ``yb`` (``(g·W,)``, real where
+        ``m``): the mean :func:`task_loss` over each client's real samples plus the terms of the ``functional`` hooks
+        of the clients ``hooked`` and of the ``stacked`` hooks. The batch-norm statistics in ``stats`` are updated
+        in place to the step's."""
         tr, dev = self.trainer, self.trainer.fabric.device
-        # index_select: the same rows as tr.x[sel], several times faster than advanced indexing on CPU
-        xb = tr.x.index_select(0, sel).view(*m.shape, *tr.x.shape[1:])
         with tr.fabric.autocast():
             logits, new = self.forward.with_stats(views + stats, xb, None if full else m)  # (g, W, C)
-            per = task_loss(logits.flatten(0, 1), tr.y.index_select(0, sel), reduction="none").view_as(m)
-            loss = (per * m).sum(1) / m.sum(1)
+            loss = _mean_task_loss(logits, yb, m)
             if hooked:
-                extra = torch.stack([self._hook_loss([h for h in jobs[k][1].hooks if h.vectorizes],
-                                                     [p[k] for p in views]) for k in hooked])
+                extra = torch.stack([self._hook_loss(functional[k], [p[k] for p in views]) for k in hooked])
                 loss = loss.index_add(0, torch.tensor(hooked, device=dev), extra.to(loss.dtype))
             for sh in stacked:
                 term = sh.loss(views)
